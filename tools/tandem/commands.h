@@ -1,0 +1,12 @@
+// Subcommands of the `tandem` binary. Each Register* adds one subcommand with its flags and sets
+// its callback; the callback returns the process exit code through `*exit_code`.
+#pragma once
+
+#include "CLI/CLI.hpp"
+
+namespace tandem::cli {
+
+void RegisterInspect(CLI::App& app, int* exit_code);
+void RegisterSynth(CLI::App& app, int* exit_code);
+
+}  // namespace tandem::cli
