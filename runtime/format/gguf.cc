@@ -1,7 +1,7 @@
 // GGUF v2/v3 reader and v3 writer (layout: /work/shared/specs/gguf-and-quants.md §1).
-// The reader walks the bytes with a bounds-checked cursor: every length is checked against the bytes
-// that remain before anything is read or allocated, so no input can make it read out of bounds.
-// It does not interpret keys (that is the model layer's job) except general.alignment.
+// The reader walks the bytes with a bounds-checked cursor: every length is checked against the
+// bytes that remain before anything is read or allocated, so no input can make it read out of
+// bounds. It does not interpret keys (that is the model layer's job) except general.alignment.
 #include "runtime/format/gguf.h"
 
 #include <fcntl.h>
@@ -122,9 +122,8 @@ absl::Status ReadFixedArray(Cursor& cur, uint64_t n, const std::string& key, Arr
 
 absl::Status ReadArray(Cursor& cur, const std::string& key, Value* out) {
   uint32_t elem_id = 0;
-  TANDEM_RETURN_IF_ERROR(cur.Read(&elem_id, [&] {
-    return absl::StrCat("array element type of key ", Quote(key));
-  }));
+  TANDEM_RETURN_IF_ERROR(
+      cur.Read(&elem_id, [&] { return absl::StrCat("array element type of key ", Quote(key)); }));
   if (elem_id >= kNumValueTypes) {
     return cur.Error(absl::StrCat("key ", Quote(key), ": bad value type id ", elem_id,
                                   " for the array elements (valid ids are 0..12)"));
@@ -143,17 +142,39 @@ absl::Status ReadArray(Cursor& cur, const std::string& key, Value* out) {
   Array array;
   array.elem_type = elem_type;
   switch (elem_type) {
-    case ValueType::kUint8: TANDEM_RETURN_IF_ERROR(ReadFixedArray<uint8_t>(cur, n, key, &array)); break;
-    case ValueType::kInt8: TANDEM_RETURN_IF_ERROR(ReadFixedArray<int8_t>(cur, n, key, &array)); break;
-    case ValueType::kUint16: TANDEM_RETURN_IF_ERROR(ReadFixedArray<uint16_t>(cur, n, key, &array)); break;
-    case ValueType::kInt16: TANDEM_RETURN_IF_ERROR(ReadFixedArray<int16_t>(cur, n, key, &array)); break;
-    case ValueType::kUint32: TANDEM_RETURN_IF_ERROR(ReadFixedArray<uint32_t>(cur, n, key, &array)); break;
-    case ValueType::kInt32: TANDEM_RETURN_IF_ERROR(ReadFixedArray<int32_t>(cur, n, key, &array)); break;
-    case ValueType::kFloat32: TANDEM_RETURN_IF_ERROR(ReadFixedArray<float>(cur, n, key, &array)); break;
-    case ValueType::kBool: TANDEM_RETURN_IF_ERROR(ReadFixedArray<bool>(cur, n, key, &array)); break;
-    case ValueType::kUint64: TANDEM_RETURN_IF_ERROR(ReadFixedArray<uint64_t>(cur, n, key, &array)); break;
-    case ValueType::kInt64: TANDEM_RETURN_IF_ERROR(ReadFixedArray<int64_t>(cur, n, key, &array)); break;
-    case ValueType::kFloat64: TANDEM_RETURN_IF_ERROR(ReadFixedArray<double>(cur, n, key, &array)); break;
+    case ValueType::kUint8:
+      TANDEM_RETURN_IF_ERROR(ReadFixedArray<uint8_t>(cur, n, key, &array));
+      break;
+    case ValueType::kInt8:
+      TANDEM_RETURN_IF_ERROR(ReadFixedArray<int8_t>(cur, n, key, &array));
+      break;
+    case ValueType::kUint16:
+      TANDEM_RETURN_IF_ERROR(ReadFixedArray<uint16_t>(cur, n, key, &array));
+      break;
+    case ValueType::kInt16:
+      TANDEM_RETURN_IF_ERROR(ReadFixedArray<int16_t>(cur, n, key, &array));
+      break;
+    case ValueType::kUint32:
+      TANDEM_RETURN_IF_ERROR(ReadFixedArray<uint32_t>(cur, n, key, &array));
+      break;
+    case ValueType::kInt32:
+      TANDEM_RETURN_IF_ERROR(ReadFixedArray<int32_t>(cur, n, key, &array));
+      break;
+    case ValueType::kFloat32:
+      TANDEM_RETURN_IF_ERROR(ReadFixedArray<float>(cur, n, key, &array));
+      break;
+    case ValueType::kBool:
+      TANDEM_RETURN_IF_ERROR(ReadFixedArray<bool>(cur, n, key, &array));
+      break;
+    case ValueType::kUint64:
+      TANDEM_RETURN_IF_ERROR(ReadFixedArray<uint64_t>(cur, n, key, &array));
+      break;
+    case ValueType::kInt64:
+      TANDEM_RETURN_IF_ERROR(ReadFixedArray<int64_t>(cur, n, key, &array));
+      break;
+    case ValueType::kFloat64:
+      TANDEM_RETURN_IF_ERROR(ReadFixedArray<double>(cur, n, key, &array));
+      break;
     case ValueType::kString: {
       // Each element takes at least its 8-byte length: reject impossible counts before allocating.
       TANDEM_RETURN_IF_ERROR(cur.Need(n * 8, [&] {
@@ -187,19 +208,30 @@ absl::Status ReadScalar(Cursor& cur, const std::string& key, Value* out) {
 
 absl::Status ReadValue(Cursor& cur, ValueType type, const std::string& key, Value* out) {
   switch (type) {
-    case ValueType::kUint8: return ReadScalar<uint8_t>(cur, key, out);
-    case ValueType::kInt8: return ReadScalar<int8_t>(cur, key, out);
-    case ValueType::kUint16: return ReadScalar<uint16_t>(cur, key, out);
-    case ValueType::kInt16: return ReadScalar<int16_t>(cur, key, out);
-    case ValueType::kUint32: return ReadScalar<uint32_t>(cur, key, out);
-    case ValueType::kInt32: return ReadScalar<int32_t>(cur, key, out);
-    case ValueType::kFloat32: return ReadScalar<float>(cur, key, out);
-    case ValueType::kUint64: return ReadScalar<uint64_t>(cur, key, out);
-    case ValueType::kInt64: return ReadScalar<int64_t>(cur, key, out);
-    case ValueType::kFloat64: return ReadScalar<double>(cur, key, out);
+    case ValueType::kUint8:
+      return ReadScalar<uint8_t>(cur, key, out);
+    case ValueType::kInt8:
+      return ReadScalar<int8_t>(cur, key, out);
+    case ValueType::kUint16:
+      return ReadScalar<uint16_t>(cur, key, out);
+    case ValueType::kInt16:
+      return ReadScalar<int16_t>(cur, key, out);
+    case ValueType::kUint32:
+      return ReadScalar<uint32_t>(cur, key, out);
+    case ValueType::kInt32:
+      return ReadScalar<int32_t>(cur, key, out);
+    case ValueType::kFloat32:
+      return ReadScalar<float>(cur, key, out);
+    case ValueType::kUint64:
+      return ReadScalar<uint64_t>(cur, key, out);
+    case ValueType::kInt64:
+      return ReadScalar<int64_t>(cur, key, out);
+    case ValueType::kFloat64:
+      return ReadScalar<double>(cur, key, out);
     case ValueType::kBool: {
       uint8_t b = 0;
-      TANDEM_RETURN_IF_ERROR(cur.Read(&b, [&] { return absl::StrCat("bool value of key ", Quote(key)); }));
+      TANDEM_RETURN_IF_ERROR(
+          cur.Read(&b, [&] { return absl::StrCat("bool value of key ", Quote(key)); }));
       *out = Value::Bool(b != 0);
       return absl::OkStatus();
     }
@@ -237,8 +269,8 @@ absl::Status ReadMetadata(Cursor& cur, uint64_t kv_count, Metadata* metadata) {
     Value value;
     TANDEM_RETURN_IF_ERROR(ReadValue(cur, static_cast<ValueType>(type_id), key, &value));
     if (metadata->Find(key) != nullptr) {
-      return cur.Error(absl::StrCat("duplicate metadata key ", Quote(key), " (key/value #", i,
-                                    ")"));
+      return cur.Error(
+          absl::StrCat("duplicate metadata key ", Quote(key), " (key/value #", i, ")"));
     }
     metadata->Add(std::move(key), std::move(value));
   }
@@ -251,13 +283,13 @@ absl::StatusOr<uint32_t> AlignmentFrom(const Metadata& metadata, const std::stri
   if (v == nullptr) return kGgufDefaultAlignment;
   if (v->type() != ValueType::kUint32) {
     return absl::InvalidArgumentError(absl::StrCat(file, ": ", kAlignmentKey, " has type ",
-                                                   ValueTypeName(v->type()),
-                                                   " (value ", v->ToString(), "); it must be uint32"));
+                                                   ValueTypeName(v->type()), " (value ",
+                                                   v->ToString(), "); it must be uint32"));
   }
   uint32_t alignment = std::get<uint32_t>(v->storage());
   if (!IsPowerOfTwo(alignment)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        file, ": ", kAlignmentKey, " = ", alignment, " is not a non-zero power of two"));
+    return absl::InvalidArgumentError(absl::StrCat(file, ": ", kAlignmentKey, " = ", alignment,
+                                                   " is not a non-zero power of two"));
   }
   return alignment;
 }
@@ -311,12 +343,11 @@ absl::Status ReadTensorInfos(Cursor& cur, uint64_t tensor_count, const std::stri
     }));
     if (t.name.empty()) return cur.Error(absl::StrCat("tensor #", i, " has an empty name"));
     if (t.name.size() > kGgufMaxTensorName) {
-      return cur.Error(absl::StrCat("tensor #", i, " name ", Quote(t.name), " is ",
-                                    t.name.size(), " bytes; the limit is ", kGgufMaxTensorName));
+      return cur.Error(absl::StrCat("tensor #", i, " name ", Quote(t.name), " is ", t.name.size(),
+                                    " bytes; the limit is ", kGgufMaxTensorName));
     }
     if (index->contains(t.name)) {
-      return cur.Error(absl::StrCat("duplicate tensor name ", Quote(t.name), " (tensor #", i,
-                                    ")"));
+      return cur.Error(absl::StrCat("duplicate tensor name ", Quote(t.name), " (tensor #", i, ")"));
     }
     uint32_t n_dims = 0;
     TANDEM_RETURN_IF_ERROR(
@@ -345,8 +376,7 @@ absl::Status ReadTensorInfos(Cursor& cur, uint64_t tensor_count, const std::stri
 
 // Offsets aligned, inside the file, and no two tensors sharing a byte. Gaps are allowed.
 absl::Status CheckTensorPlacement(const std::vector<TensorInfo>& tensors, uint64_t data_offset,
-                                  uint64_t file_size, uint32_t alignment,
-                                  const std::string& file) {
+                                  uint64_t file_size, uint32_t alignment, const std::string& file) {
   for (const TensorInfo& t : tensors) {
     if (t.offset % alignment != 0) {
       return absl::InvalidArgumentError(
@@ -357,11 +387,11 @@ absl::Status CheckTensorPlacement(const std::vector<TensorInfo>& tensors, uint64
     bool overflow = __builtin_add_overflow(data_offset, t.offset, &end) ||
                     __builtin_add_overflow(end, t.nbytes, &end);
     if (overflow || end > file_size) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          file, ": truncated data section: tensor ", Quote(t.name), " (offset ", t.offset,
-          ", ", t.nbytes, " bytes) ends at byte ",
-          overflow ? std::string("beyond 2^64") : absl::StrCat(end), " but the file is ",
-          file_size, " bytes"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(file, ": truncated data section: tensor ", Quote(t.name), " (offset ",
+                       t.offset, ", ", t.nbytes, " bytes) ends at byte ",
+                       overflow ? std::string("beyond 2^64") : absl::StrCat(end),
+                       " but the file is ", file_size, " bytes"));
     }
   }
   std::vector<const TensorInfo*> by_offset;
@@ -384,8 +414,8 @@ absl::Status CheckTensorPlacement(const std::vector<TensorInfo>& tensors, uint64
 std::string ByteString(const uint8_t* b, size_t n) {
   std::string hex;
   for (size_t i = 0; i < n; ++i) absl::StrAppendFormat(&hex, "%s%02x", i ? " " : "", b[i]);
-  return absl::StrCat(hex, " (\"", absl::CEscape(absl::string_view(reinterpret_cast<const char*>(b), n)),
-                      "\")");
+  return absl::StrCat(hex, " (\"",
+                      absl::CEscape(absl::string_view(reinterpret_cast<const char*>(b), n)), "\")");
 }
 
 }  // namespace
@@ -429,8 +459,8 @@ absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Parse(std::span<const uint8_
         version, __builtin_bswap32(version)));
   }
   if (version != 2 && version != 3) {
-    return cur.Error(absl::StrCat("unsupported GGUF version ", version,
-                                  " (Tandem reads versions 2 and 3)"));
+    return cur.Error(
+        absl::StrCat("unsupported GGUF version ", version, " (Tandem reads versions 2 and 3)"));
   }
   file->version_ = version;
   uint64_t tensor_count = 0;
@@ -453,8 +483,7 @@ absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Parse(std::span<const uint8_
   file->data_offset_ = PadTo(cur.pos(), file->alignment_);
   if (tensor_count > 0 && file->data_offset_ > bytes.size()) {
     return cur.Error(absl::StrCat("truncated data section: the data section starts at byte ",
-                                  file->data_offset_, " but the file is ", bytes.size(),
-                                  " bytes"));
+                                  file->data_offset_, " but the file is ", bytes.size(), " bytes"));
   }
   TANDEM_RETURN_IF_ERROR(CheckTensorPlacement(file->tensors_, file->data_offset_, bytes.size(),
                                               file->alignment_, fname));
@@ -521,8 +550,8 @@ absl::Status PutValue(HeaderBuilder& out, const std::string& key, const Value& v
     ValueType held = kArrayElemTypes[array->values.index()];
     if (array->elem_type != held) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "GGUF writer: key ", Quote(key), ": array elem_type is ",
-          ValueTypeName(array->elem_type), " but the array holds ", ValueTypeName(held)));
+          "GGUF writer: key ", Quote(key), ": array elem_type is ", ValueTypeName(array->elem_type),
+          " but the array holds ", ValueTypeName(held)));
     }
     if (array->size() > kGgufMaxArrayElements) {
       return absl::InvalidArgumentError(absl::StrCat("GGUF writer: key ", Quote(key), ": array of ",
@@ -580,8 +609,8 @@ absl::Status GgufWriter::AddTensor(std::string name, std::vector<int64_t> dims,
         absl::StrCat("GGUF writer: tensor #", tensors_.size(), " has an empty name"));
   }
   if (name.size() > kGgufMaxTensorName) {
-    return absl::InvalidArgumentError(absl::StrCat("GGUF writer: tensor name ", Quote(name),
-                                                   " is ", name.size(), " bytes; the limit is ",
+    return absl::InvalidArgumentError(absl::StrCat("GGUF writer: tensor name ", Quote(name), " is ",
+                                                   name.size(), " bytes; the limit is ",
                                                    kGgufMaxTensorName));
   }
   if (names_.contains(name)) {
@@ -614,11 +643,10 @@ absl::Status GgufWriter::AddTensor(std::string name, std::vector<int64_t> dims,
         "GGUF writer: tensor ", Quote(name), " (", quant::GetTypeInfo(type).name, ", dims ",
         DimsToString(dims), ") needs ", nbytes, " bytes but ", bytes.size(), " were given"));
   }
-  return AddTensor(std::move(name), std::move(dims), type,
-                   [bytes](std::span<uint8_t> out) {
-                     std::memcpy(out.data(), bytes.data(), out.size());
-                     return absl::OkStatus();
-                   });
+  return AddTensor(std::move(name), std::move(dims), type, [bytes](std::span<uint8_t> out) {
+    std::memcpy(out.data(), bytes.data(), out.size());
+    return absl::OkStatus();
+  });
 }
 
 absl::Status GgufWriter::WriteTo(const Append& append) const {
@@ -631,8 +659,8 @@ absl::Status GgufWriter::WriteTo(const Append& append) const {
   header.Put<uint64_t>(metadata_.size());
   for (const auto& [key, value] : metadata_.entries()) {
     if (key.empty() || key.size() > kGgufMaxKeyBytes) {
-      return absl::InvalidArgumentError(absl::StrCat("GGUF writer: metadata key ", Quote(key),
-                                                     " must be 1 to 65535 bytes"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("GGUF writer: metadata key ", Quote(key), " must be 1 to 65535 bytes"));
     }
     header.PutString(key);
     TANDEM_RETURN_IF_ERROR(PutValue(header, key, value));

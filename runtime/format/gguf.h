@@ -24,8 +24,8 @@ namespace tandem::format {
 inline constexpr uint32_t kGgufMagic = 0x46554747;  // "GGUF" read as little-endian u32
 inline constexpr uint32_t kGgufVersion = 3;
 inline constexpr uint32_t kGgufDefaultAlignment = 32;
-// Reader and writer limits (ggml's): names are C strings of at most 63 bytes plus the NUL; one string
-// or one array holds at most 2^30 bytes or elements; keys are at most 65535 bytes.
+// Reader and writer limits (ggml's): names are C strings of at most 63 bytes plus the NUL; one
+// string or one array holds at most 2^30 bytes or elements; keys are at most 65535 bytes.
 inline constexpr size_t kGgufMaxTensorName = 63;
 inline constexpr uint32_t kGgufMaxDims = 4;
 inline constexpr uint64_t kGgufMaxStringBytes = uint64_t{1} << 30;

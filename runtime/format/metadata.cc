@@ -1,5 +1,5 @@
-// Typed GGUF metadata values: type mapping, lenient numeric accessors, printing, and the ordered map.
-// Nothing here parses or writes files; the GGUF reader and writer build on these types.
+// Typed GGUF metadata values: type mapping, lenient numeric accessors, printing, and the ordered
+// map. Nothing here parses or writes files; the GGUF reader and writer build on these types.
 #include "runtime/format/metadata.h"
 
 #include <algorithm>
@@ -15,9 +15,9 @@ namespace {
 
 // The value type of each alternative of Value::Storage and of Array::values, by variant index.
 constexpr ValueType kStorageTypes[] = {
-    ValueType::kUint8,   ValueType::kInt8,   ValueType::kUint16, ValueType::kInt16,
-    ValueType::kUint32,  ValueType::kInt32,  ValueType::kFloat32, ValueType::kBool,
-    ValueType::kString,  ValueType::kArray,  ValueType::kUint64, ValueType::kInt64,
+    ValueType::kUint8,   ValueType::kInt8,  ValueType::kUint16,  ValueType::kInt16,
+    ValueType::kUint32,  ValueType::kInt32, ValueType::kFloat32, ValueType::kBool,
+    ValueType::kString,  ValueType::kArray, ValueType::kUint64,  ValueType::kInt64,
     ValueType::kFloat64,
 };
 static_assert(std::size(kStorageTypes) == std::variant_size_v<Value::Storage>);
@@ -69,19 +69,32 @@ std::string ScalarToString(const T& v) {
 
 const char* ValueTypeName(ValueType type) {
   switch (type) {
-    case ValueType::kUint8: return "uint8";
-    case ValueType::kInt8: return "int8";
-    case ValueType::kUint16: return "uint16";
-    case ValueType::kInt16: return "int16";
-    case ValueType::kUint32: return "uint32";
-    case ValueType::kInt32: return "int32";
-    case ValueType::kFloat32: return "float32";
-    case ValueType::kBool: return "bool";
-    case ValueType::kString: return "string";
-    case ValueType::kArray: return "array";
-    case ValueType::kUint64: return "uint64";
-    case ValueType::kInt64: return "int64";
-    case ValueType::kFloat64: return "float64";
+    case ValueType::kUint8:
+      return "uint8";
+    case ValueType::kInt8:
+      return "int8";
+    case ValueType::kUint16:
+      return "uint16";
+    case ValueType::kInt16:
+      return "int16";
+    case ValueType::kUint32:
+      return "uint32";
+    case ValueType::kInt32:
+      return "int32";
+    case ValueType::kFloat32:
+      return "float32";
+    case ValueType::kBool:
+      return "bool";
+    case ValueType::kString:
+      return "string";
+    case ValueType::kArray:
+      return "array";
+    case ValueType::kUint64:
+      return "uint64";
+    case ValueType::kInt64:
+      return "int64";
+    case ValueType::kFloat64:
+      return "float64";
   }
   return "unknown";
 }

@@ -1,5 +1,6 @@
-// Typed key/value metadata as GGUF stores it (13 value types and arrays). Used by the GGUF reader and
-// writer, and by in-memory synthetic models, so that every model source describes itself the same way.
+// Typed key/value metadata as GGUF stores it (13 value types and arrays). Used by the GGUF reader
+// and writer, and by in-memory synthetic models, so that every model source describes itself the
+// same way.
 #pragma once
 
 #include <cstdint>

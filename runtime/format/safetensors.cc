@@ -99,9 +99,9 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Parse(
                                        kSafetensorsMaxHeaderBytes, " bytes"));
   }
   if (header_len > bytes.size() - 8) {
-    return Invalid(fname, absl::StrCat("truncated header: header length ", header_len,
-                                       " runs past the end of the file (", bytes.size(),
-                                       " bytes)"));
+    return Invalid(fname,
+                   absl::StrCat("truncated header: header length ", header_len,
+                                " runs past the end of the file (", bytes.size(), " bytes)"));
   }
   const std::span<const uint8_t> data = bytes.subspan(8 + header_len);
   const std::span<const uint8_t> text = bytes.subspan(8, header_len);
@@ -110,8 +110,8 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Parse(
     return Invalid(fname, absl::StrCat("header (", header_len, " bytes) is not valid JSON"));
   }
   if (!header.is_object()) {
-    return Invalid(fname, absl::StrCat("header is a JSON ", header.type_name(),
-                                       ", expected an object"));
+    return Invalid(fname,
+                   absl::StrCat("header is a JSON ", header.type_name(), ", expected an object"));
   }
 
   std::vector<Range> ranges;
@@ -133,8 +133,8 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Parse(
     const std::string where = absl::StrCat("tensor ", Quote(key));
     if (key.empty()) return Invalid(fname, "a tensor has an empty name");
     if (!value.is_object()) {
-      return Invalid(fname, absl::StrCat(where, " is a JSON ", value.type_name(),
-                                         ", expected an object"));
+      return Invalid(fname,
+                     absl::StrCat(where, " is a JSON ", value.type_name(), ", expected an object"));
     }
     auto dtype_it = value.find("dtype");
     auto shape_it = value.find("shape");
@@ -184,18 +184,17 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Parse(
                                          ") with begin after end"));
     }
     if (end > data.size()) {
-      return Invalid(fname, absl::StrCat("truncated data: ", where, " data_offsets [", begin, ", ",
-                                         end, ") run past the data section of ", data.size(),
-                                         " bytes"));
+      return Invalid(fname,
+                     absl::StrCat("truncated data: ", where, " data_offsets [", begin, ", ", end,
+                                  ") run past the data section of ", data.size(), " bytes"));
     }
     uint64_t expected = 0;
     const bool overflow = __builtin_mul_overflow(elements, info->bytes, &expected);
     if (overflow || expected != end - begin) {
-      return Invalid(fname, absl::StrCat(where, " (", dtype, ", shape [",
-                                         absl::StrJoin(t.shape, ", "), "]) has ", end - begin,
-                                         " bytes of data but its shape needs ",
-                                         overflow ? std::string("more than 2^64")
-                                                  : absl::StrCat(expected)));
+      return Invalid(
+          fname, absl::StrCat(where, " (", dtype, ", shape [", absl::StrJoin(t.shape, ", "),
+                              "]) has ", end - begin, " bytes of data but its shape needs ",
+                              overflow ? std::string("more than 2^64") : absl::StrCat(expected)));
     }
     t.data = data.subspan(begin, end - begin);
     ranges.push_back({begin, end, file->tensors_.size()});
@@ -208,10 +207,10 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Parse(
     const Range& a = ranges[i - 1];
     const Range& b = ranges[i];
     if (a.end > b.begin && a.begin != a.end && b.begin != b.end) {
-      return Invalid(fname, absl::StrCat(
-                                "tensors ", Quote(file->tensors_[a.tensor].name), " [", a.begin,
-                                ", ", a.end, ") and ", Quote(file->tensors_[b.tensor].name), " [",
-                                b.begin, ", ", b.end, ") overlap"));
+      return Invalid(
+          fname, absl::StrCat("tensors ", Quote(file->tensors_[a.tensor].name), " [", a.begin, ", ",
+                              a.end, ") and ", Quote(file->tensors_[b.tensor].name), " [", b.begin,
+                              ", ", b.end, ") overlap"));
     }
   }
   std::vector<SafetensorsTensor> ordered;
@@ -236,8 +235,8 @@ absl::StatusOr<std::unique_ptr<HfCheckpoint>> HfCheckpoint::Open(const std::stri
   }
   TANDEM_ASSIGN_OR_RETURN(ckpt->config_, ReadJsonFile(config_path));
   if (!ckpt->config_.is_object()) {
-    return Invalid(config_path, absl::StrCat("is a JSON ", ckpt->config_.type_name(),
-                                             ", expected an object"));
+    return Invalid(config_path,
+                   absl::StrCat("is a JSON ", ckpt->config_.type_name(), ", expected an object"));
   }
 
   const std::string index_path = (fs::path(dir) / kIndexFile).string();
@@ -261,8 +260,8 @@ absl::StatusOr<std::unique_ptr<HfCheckpoint>> HfCheckpoint::Open(const std::stri
       bool escapes = shard_name.empty() || p.is_absolute();
       for (const fs::path& part : p) escapes |= part == "..";
       if (escapes) {
-        return Invalid(index_path, absl::StrCat("weight_map entry ", Quote(tensor),
-                                                " names shard ", Quote(shard_name),
+        return Invalid(index_path, absl::StrCat("weight_map entry ", Quote(tensor), " names shard ",
+                                                Quote(shard_name),
                                                 ", which is not a file inside the directory"));
       }
       weight_map[tensor] = shard_name;
@@ -272,8 +271,8 @@ absl::StatusOr<std::unique_ptr<HfCheckpoint>> HfCheckpoint::Open(const std::stri
   } else if (fs::exists(single_path, ec)) {
     shard_names.push_back(kSingleFile);
   } else {
-    return absl::NotFoundError(absl::StrCat(dir, ": neither ", kIndexFile, " nor ", kSingleFile,
-                                            " exists"));
+    return absl::NotFoundError(
+        absl::StrCat(dir, ": neither ", kIndexFile, " nor ", kSingleFile, " exists"));
   }
 
   for (const std::string& shard_name : shard_names) {

@@ -22,10 +22,10 @@ inline constexpr uint64_t kSafetensorsMaxHeaderBytes = 100'000'000;
 
 struct SafetensorsTensor {
   std::string name;
-  std::vector<int64_t> shape;     // torch order (row-major, last axis contiguous)
+  std::vector<int64_t> shape;                    // torch order (row-major, last axis contiguous)
   quant::GgmlType type = quant::GgmlType::kF32;  // kF32, kF16 or kBF16
-  std::span<const uint8_t> data;  // into the mapping
-  std::string file;               // the shard it came from
+  std::span<const uint8_t> data;                 // into the mapping
+  std::string file;                              // the shard it came from
 };
 
 class SafetensorsFile {

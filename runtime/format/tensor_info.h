@@ -14,7 +14,7 @@ struct TensorInfo {
   std::string name;
   std::vector<int64_t> dims;  // ggml order: dims[0] is contiguous; at most 4
   quant::GgmlType type = quant::GgmlType::kF32;
-  uint64_t offset = 0;        // from the start of the data section (GGUF); 0 elsewhere
+  uint64_t offset = 0;  // from the start of the data section (GGUF); 0 elsewhere
   uint64_t nbytes = 0;
   const uint8_t* data = nullptr;  // nullptr while the bytes are not materialised
 

@@ -181,8 +181,7 @@ TEST(GgufWriterTest, FailedFillLeavesNothingBehind) {
                   .ok());
   absl::Status status = writer.Write(path);
   ASSERT_FALSE(status.ok());
-  EXPECT_NE(status.message().find("filling tensor 'x': source shard unreadable"),
-            std::string::npos)
+  EXPECT_NE(status.message().find("filling tensor 'x': source shard unreadable"), std::string::npos)
       << status;
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
   EXPECT_FALSE(std::filesystem::exists(path));
@@ -210,9 +209,9 @@ TEST(GgufWriterTest, AddTensorValidatesNamesAndDims) {
   EXPECT_TRUE(writer.AddTensor(std::string(63, 'n'), {32}, GgmlType::kF32, bytes).ok());
   EXPECT_NE(msg(writer.AddTensor("ok", {32}, GgmlType::kF32, bytes)).find("duplicate tensor name"),
             std::string::npos);
-  EXPECT_NE(msg(writer.AddTensor("d5", {32, 1, 1, 1, 1}, GgmlType::kF32, bytes))
-                .find("has 5 dimensions"),
-            std::string::npos);
+  EXPECT_NE(
+      msg(writer.AddTensor("d5", {32, 1, 1, 1, 1}, GgmlType::kF32, bytes)).find("has 5 dimensions"),
+      std::string::npos);
   EXPECT_NE(msg(writer.AddTensor("d0", {}, GgmlType::kF32, bytes)).find("has 0 dimensions"),
             std::string::npos);
   EXPECT_NE(msg(writer.AddTensor("blk", {100}, GgmlType::kQ4_K, bytes))
@@ -277,8 +276,8 @@ TEST(GgufWriterTest, SpecWorkedExample) {
   md.Add("general.architecture", Value::Str("qwen2"));
   md.Add("general.alignment", Value::U32(64));
   md.Add("tokenizer.ggml.add_bos_token", Value::Bool(true));  // 28-byte key
-  md.Add("qwen2.rope.freq_base", Value::F32(1e6f));            // 20-byte key
-  md.Add("tokenizer.ggml.tokens",                               // 21-byte key, 18 string bytes
+  md.Add("qwen2.rope.freq_base", Value::F32(1e6f));           // 20-byte key
+  md.Add("tokenizer.ggml.tokens",                             // 21-byte key, 18 string bytes
          Value::Arr({ValueType::kString, std::vector<std::string>{"alpha", "beta", "gamma1234"}}));
   md.Add("tokenizer.ggml.token_type",  // 25-byte key
          Value::Arr({ValueType::kInt32, std::vector<int32_t>{1, 1, 3}}));
@@ -362,7 +361,8 @@ struct RawGguf {
   std::vector<RawKv> kvs = {
       KvStr("general.architecture", "qwen3moe"),
       KvU32("qwen3moe.block_count", 2),
-      {"tokenizer.ggml.tokens", 9, Bytes().Put<uint32_t>(8).Put<uint64_t>(3).Str("a").Str("bc").Str("def").bytes()},
+      {"tokenizer.ggml.tokens", 9,
+       Bytes().Put<uint32_t>(8).Put<uint64_t>(3).Str("a").Str("bc").Str("def").bytes()},
   };
   // a: 16 f32 = 64 bytes at 0; b: one q8_0 block = 34 bytes at 64 (padded to 96 -> ends at 128).
   std::vector<RawTensor> tensors = {
@@ -411,10 +411,10 @@ TEST(GgufReaderTest, RawBaselineIsValid) {
 TEST(GgufReaderTest, AcceptsVersion2GapsAndStorageOnlyTypes) {
   RawGguf raw;
   raw.version = 2;
-  raw.tensors = {{"a", {8, 2}, 0, 0, {}},        // 64 bytes at 0
-                 {"ids", {4}, 26, 128, {}},      // i32: parses, the model layer decides
-                 {"f64", {2}, 28, 96, {}},       // out of order and with a gap before it
-                 {"q81", {32}, 9, 192, {}}};     // q8_1: 36 bytes
+  raw.tensors = {{"a", {8, 2}, 0, 0, {}},     // 64 bytes at 0
+                 {"ids", {4}, 26, 128, {}},   // i32: parses, the model layer decides
+                 {"f64", {2}, 28, 96, {}},    // out of order and with a gap before it
+                 {"q81", {32}, 9, 192, {}}};  // q8_1: 36 bytes
   raw.data_bytes = 192 + 36;
   auto file = GgufFile::Parse(raw.Build(), "v2.gguf");
   ASSERT_TRUE(file.ok()) << file.status();
@@ -456,8 +456,7 @@ std::vector<Corruption> Corruptions() {
        "truncated metadata: key of key/value #0 of 3"},
       {"truncated metadata value", truncated(24 + 8 + 20 + 4 + 8 + 3),
        "truncated metadata: string value of key 'general.architecture'"},
-      {"truncated tensor infos", truncated(200),
-       "truncated tensor-info table"},
+      {"truncated tensor infos", truncated(200), "truncated tensor-info table"},
       {"truncated data", truncated(full - 40),
        absl::StrCat("truncated data section: tensor 'b' (offset 64, 34 bytes) ends at byte ",
                     full - 64 + 34, " but the file is ", full - 40, " bytes")},
@@ -473,39 +472,42 @@ std::vector<Corruption> Corruptions() {
        "tensor_count 18446744073709551615 is negative as int64"},
       {"bad value type id", mutate([](RawGguf& g) { g.kvs[1].type = 13; }),
        "key 'qwen3moe.block_count' has bad value type id 13"},
-      {"bad array element type id",
-       mutate([](RawGguf& g) { g.kvs[2].payload = Bytes().Put<uint32_t>(200).Put<uint64_t>(0).bytes(); }),
+      {"bad array element type id", mutate([](RawGguf& g) {
+         g.kvs[2].payload = Bytes().Put<uint32_t>(200).Put<uint64_t>(0).bytes();
+       }),
        "bad value type id 200 for the array elements"},
       {"huge string length",
        mutate([](RawGguf& g) { g.kvs[0].payload = Bytes().Put<uint64_t>(1ull << 40).bytes(); }),
        "string value of key 'general.architecture' has length 1099511627776, more than the limit"},
-      {"huge array count",
-       mutate([](RawGguf& g) {
+      {"huge array count", mutate([](RawGguf& g) {
          g.kvs[2].payload = Bytes().Put<uint32_t>(4).Put<uint64_t>(1ull << 40).bytes();
        }),
        "array has 1099511627776 elements, more than the limit of 2^30"},
-      {"array count beyond the file",
-       mutate([](RawGguf& g) {
+      {"array count beyond the file", mutate([](RawGguf& g) {
          g.kvs[2].payload = Bytes().Put<uint32_t>(8).Put<uint64_t>(1ull << 29).bytes();
        }),
        "string array of key 'tokenizer.ggml.tokens' (536870912 elements) needs"},
-      {"nested array",
-       mutate([](RawGguf& g) {
-         g.kvs[2].payload = Bytes().Put<uint32_t>(9).Put<uint64_t>(1).Put<uint32_t>(4)
-                                .Put<uint64_t>(1).Put<uint32_t>(7).bytes();
+      {"nested array", mutate([](RawGguf& g) {
+         g.kvs[2].payload = Bytes()
+                                .Put<uint32_t>(9)
+                                .Put<uint64_t>(1)
+                                .Put<uint32_t>(4)
+                                .Put<uint64_t>(1)
+                                .Put<uint32_t>(7)
+                                .bytes();
        }),
        "key 'tokenizer.ggml.tokens': nested arrays are not supported"},
       {"duplicate key", mutate([](RawGguf& g) { g.kvs[1].key = "general.architecture"; }),
        "duplicate metadata key 'general.architecture' (key/value #1)"},
       {"empty key", mutate([](RawGguf& g) { g.kvs[1].key = ""; }),
        "metadata key/value #1 has an empty key"},
-      {"alignment 48",
-       mutate([](RawGguf& g) { g.kvs.push_back(KvU32("general.alignment", 48)); }),
+      {"alignment 48", mutate([](RawGguf& g) { g.kvs.push_back(KvU32("general.alignment", 48)); }),
        "general.alignment = 48 is not a non-zero power of two"},
       {"alignment 0", mutate([](RawGguf& g) { g.kvs.push_back(KvU32("general.alignment", 0)); }),
        "general.alignment = 0 is not"},
-      {"alignment of wrong type",
-       mutate([](RawGguf& g) { g.kvs.push_back({"general.alignment", 10, Bytes().Put<uint64_t>(32).bytes()}); }),
+      {"alignment of wrong type", mutate([](RawGguf& g) {
+         g.kvs.push_back({"general.alignment", 10, Bytes().Put<uint64_t>(32).bytes()});
+       }),
        "general.alignment has type uint64 (value 32); it must be uint32"},
       {"duplicate tensor name", mutate(tensor([](RawTensor& t) { t.name.assign(1, 'a'); })),
        "duplicate tensor name 'a' (tensor #1)"},
@@ -513,19 +515,27 @@ std::vector<Corruption> Corruptions() {
        "tensor #1 has an empty name"},
       {"tensor name too long", mutate(tensor([](RawTensor& t) { t.name = std::string(64, 'x'); })),
        "is 64 bytes; the limit is 63"},
-      {"n_dims 5",
-       mutate(tensor([](RawTensor& t) { t.dims = {32, 1, 1, 1, 1}; })),
+      {"n_dims 5", mutate(tensor([](RawTensor& t) {
+         t.dims = {32, 1, 1, 1, 1};
+       })),
        "tensor 'b' has n_dims = 5; GGUF allows 1 to 4"},
       {"n_dims 0", mutate(tensor([](RawTensor& t) { t.dims = {}; })), "has n_dims = 0"},
-      {"negative dim", mutate(tensor([](RawTensor& t) { t.dims = {32, -2}; })),
+      {"negative dim", mutate(tensor([](RawTensor& t) {
+         t.dims = {32, -2};
+       })),
        "has dimension 1 = -2 in [32, -2]; dimensions must be positive"},
-      {"zero dim", mutate(tensor([](RawTensor& t) { t.dims = {32, 0}; })),
+      {"zero dim", mutate(tensor([](RawTensor& t) {
+         t.dims = {32, 0};
+       })),
        "has dimension 1 = 0 in [32, 0]"},
-      {"element count overflow",
-       mutate(tensor([](RawTensor& t) { t.dims = {1ll << 32, 1ll << 32}; })),
+      {"element count overflow", mutate(tensor([](RawTensor& t) {
+         t.dims = {1ll << 32, 1ll << 32};
+       })),
        "dims [4294967296, 4294967296]: element count overflows int64"},
-      {"byte size overflow",
-       mutate(tensor([](RawTensor& t) { t.type = 0; t.dims = {1ll << 31, 1ll << 31}; })),
+      {"byte size overflow", mutate(tensor([](RawTensor& t) {
+         t.type = 0;
+         t.dims = {1ll << 31, 1ll << 31};
+       })),
        "(f32) dims [2147483648, 2147483648]: byte size overflows int64"},
       {"ne[0] not a block multiple", mutate(tensor([](RawTensor& t) { t.dims = {48}; })),
        "tensor 'b' (q8_0): ne[0] = 48 is not a multiple of the block size 32"},

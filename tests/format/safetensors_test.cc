@@ -1,5 +1,5 @@
-// Safetensors and Hugging Face checkpoint tests. Files are written by hand here (8-byte length, JSON,
-// data) so that each field can be corrupted on its own.
+// Safetensors and Hugging Face checkpoint tests. Files are written by hand here (8-byte length,
+// JSON, data) so that each field can be corrupted on its own.
 #include "runtime/format/safetensors.h"
 
 #include <gtest/gtest.h>
@@ -33,14 +33,14 @@ std::vector<uint8_t> Iota(size_t n, uint8_t start) {
 }
 
 // Two tensors: w (F32 [2, 3], 24 bytes at 0) and n (BF16 [4], 8 bytes at 24), plus metadata.
-const char kValidHeader[] =
-    R"({"__metadata__":{"format":"pt"},)"
-    R"("w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]},)"
-    R"("n":{"dtype":"BF16","shape":[4],"data_offsets":[24,32]}})";
+const char kValidHeader[] = R"({"__metadata__":{"format":"pt"},)"
+                            R"("w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]},)"
+                            R"("n":{"dtype":"BF16","shape":[4],"data_offsets":[24,32]}})";
 
 void WriteFile(const fs::path& path, const std::vector<uint8_t>& bytes) {
   std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
 }
 void WriteText(const fs::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);
@@ -77,9 +77,8 @@ TEST(SafetensorsTest, ParsesAValidFile) {
 
 TEST(SafetensorsTest, OpenFromDiskAndEmptyTensors) {
   fs::path dir = FreshDir("tandem_st_open");
-  std::string header =
-      R"({"e":{"dtype":"F16","shape":[0,5],"data_offsets":[0,0]},)"
-      R"("h":{"dtype":"F16","shape":[2],"data_offsets":[0,4]}})";
+  std::string header = R"({"e":{"dtype":"F16","shape":[0,5],"data_offsets":[0,0]},)"
+                       R"("h":{"dtype":"F16","shape":[2],"data_offsets":[0,4]}})";
   WriteFile(dir / "x.safetensors", MakeFile(header, Iota(4, 9)));
   auto file = SafetensorsFile::Open((dir / "x.safetensors").string());
   ASSERT_TRUE(file.ok()) << file.status();
@@ -107,9 +106,7 @@ struct Corruption {
 TEST(SafetensorsTest, EveryCorruptionHasItsOwnMessage) {
   const std::vector<uint8_t> data = Iota(32, 1);
   auto with = [&](const std::string& header) { return MakeFile(header, data); };
-  auto tensor = [&](const std::string& body) {
-    return with(absl::StrCat(R"({"t":)", body, "}"));
-  };
+  auto tensor = [&](const std::string& body) { return with(absl::StrCat(R"({"t":)", body, "}")); };
   const std::vector<Corruption> corruptions = {
       {"too short", {1, 2, 3}, "the file is 3 bytes, too short for the 8-byte header length"},
       {"huge header length", MakeFile(kValidHeader, data, 200'000'000),
