@@ -5,11 +5,13 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 #include "runtime/format/metadata.h"
+#include "runtime/format/tensor_info.h"
 
 namespace tandem::model {
 
@@ -20,7 +22,10 @@ enum class Arch {
 };
 
 const char* ArchGgufName(Arch arch);
+// "qwen3moe" -> kQwen3Moe; anything else is an error that lists the supported names.
 absl::StatusOr<Arch> ArchFromGgufName(const std::string& name);
+// Hugging Face model_type of the architecture ("qwen3_moe", "qwen3_next", "qwen3_5_moe").
+const char* ArchHfName(Arch arch);
 
 struct HParams {
   Arch arch = Arch::kQwen3Moe;
@@ -38,6 +43,8 @@ struct HParams {
 
   int n_expert = 0;
   int n_expert_used = 0;
+  int n_ff = 0;           // dense FFN width (intermediate_size); unused by all-MoE models, kept
+                          // so that metadata round-trips (0 = not written)
   int n_ff_exp = 0;       // routed expert FFN width
   int n_ff_shexp = 0;     // shared expert FFN width; 0 = no shared expert
   bool norm_topk_prob = true;
@@ -62,12 +69,16 @@ struct HParams {
 
   // Checks ranges and divisibility; names the offending field.
   absl::Status Validate() const;
+  bool operator==(const HParams&) const = default;
 };
 
 // From GGUF metadata written with llama.cpp's keys ("{arch}.block_count", ...). n_vocab comes from
-// the token list when present, else from "{arch}.vocab_size".
-absl::StatusOr<HParams> HParamsFromGguf(const format::Metadata& metadata);
-// From a Hugging Face config.json (text_config nested for qwen3_5_moe).
+// the token list when present, else from "{arch}.vocab_size", else from dims[1] of token_embd.weight
+// in `tensors`. A missing required key is an error naming the key. The result is validated.
+absl::StatusOr<HParams> HParamsFromGguf(const format::Metadata& metadata,
+                                        std::span<const format::TensorInfo> tensors = {});
+// From a Hugging Face config.json (text_config nested for qwen3_5_moe). Keys the config omits take
+// the transformers class defaults. The result is validated.
 absl::StatusOr<HParams> HParamsFromHfConfig(const nlohmann::json& config);
 // Writes general.architecture and every "{arch}.*" key llama.cpp reads for this architecture.
 void HParamsToGguf(const HParams& hp, format::Metadata* metadata);

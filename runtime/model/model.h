@@ -9,6 +9,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -34,20 +35,34 @@ class Model {
   bool materialized() const;
 
  protected:
+  // Subclasses call this once tensors_ is final; Find() then answers by hash lookup (a linear
+  // scan otherwise).
+  void IndexTensors();
+
   std::string source_;
   HParams hparams_;
   format::Metadata metadata_;
   std::vector<format::TensorInfo> tensors_;
+
+ private:
+  std::unordered_map<std::string, size_t> index_;  // name -> index in tensors_
 };
 
 struct OpenOptions {
   // false: describe tensors (names, dims, types, bytes) without producing their bytes. A GGUF file
   // is always mapped (free); synthetic models skip generation.
   bool materialize = true;
+  // true: a GGUF file whose tensors do not match its architecture's tensor map is an error listing
+  // the problems. false (inspection): it opens, and ValidateTensors() reports the problems.
+  bool validate = true;
   ProgressFn progress;
 };
 
-// Opens "synth:NAME[?quant=...&seed=N]", a .gguf file or a Hugging Face directory.
+// The --help text for MODEL arguments: the accepted forms and the synth:NAME?KEY=VALUE syntax.
+extern const char kModelSpecHelp[];
+
+// Opens "synth:NAME[?KEY=VALUE&...]" (keys: seed, quant, experts, shexp, dense, router, embed,
+// output; see kModelSpecHelp) or a .gguf file. Hugging Face directories are not accepted yet.
 absl::StatusOr<std::unique_ptr<Model>> OpenModel(const std::string& spec,
                                                  const OpenOptions& options = {});
 
