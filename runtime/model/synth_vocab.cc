@@ -31,6 +31,44 @@ It's not what you think: we'll see, they're here, I'm sure, you've been there, h
 Numbers: 0 1 2 3 4 5 6 7 8 9 10 42 100 256 1024 2048 65536. Dates like 2026-11-29 and times like 12:30.
 Questions? Answers! Lists (one, two, three) and quotes "like this" or 'like that'.
 Café, naïve, résumé, jalapeño: a few words with accents, so that two-byte characters get merges too.
+The weather was cold in the morning and warm in the afternoon, so we walked along the river and
+talked about the things we wanted to build: a faster kernel, a better planner, a cleaner interface.
+In the evening the team looked at the measurements again. The new version was faster on every
+prompt they tried, and the answers were the same as before, token for token, which is what matters.
+Please write a short summary of the meeting, list the open questions, and send it to everyone who
+was there. If something is not clear, ask before you start; it is easier to change a plan than code.
+What is the capital of France? Paris is the capital of France, and it is also its largest city.
+How many experts does each token use? In this model each token uses ten of the five hundred and
+twelve experts in every layer, plus one shared expert that every token always uses.
+
+// Returns the index of the largest value, or -1 for an empty list.
+int ArgMax(const std::vector<float>& values) {
+  int best = -1;
+  for (int i = 0; i < static_cast<int>(values.size()); ++i) {
+    if (best < 0 || values[i] > values[best]) {
+      best = i;
+    }
+  }
+  return best;
+}
+
+struct Expert {
+  int layer = 0;
+  int index = 0;
+  bool on_device = false;
+};
+
+def load_experts(path, layers, experts_per_layer):
+    table = {}
+    for layer in range(layers):
+        for index in range(experts_per_layer):
+            table[(layer, index)] = read_weights(path, layer, index)
+    return table
+
+if __name__ == "__main__":
+    import sys
+    experts = load_experts(sys.argv[1], layers=48, experts_per_layer=512)
+    print(len(experts), "experts loaded")
 
 def softmax(values):
     largest = max(values)

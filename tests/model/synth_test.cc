@@ -4,6 +4,7 @@
 #include "runtime/model/synth.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -31,11 +32,9 @@ std::unique_ptr<Model> Synth(const std::string& shape, SynthOptions options = {}
   return m.ok() ? std::move(*m) : nullptr;
 }
 
+// Unique per process, so that parallel ctest runs (and parallel builds) never share a file.
 std::string TempPath(const std::string& name) {
-  return (std::filesystem::temp_directory_path() /
-          (name + "-" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "-" +
-           std::to_string(reinterpret_cast<uintptr_t>(&name) & 0xffff)))
-      .string();
+  return (std::filesystem::temp_directory_path() / (std::to_string(::getpid()) + "-" + name)).string();
 }
 
 // Decoded values of a materialised tensor.

@@ -44,14 +44,17 @@ std::string Thousands(int64_t v) {
 
 std::string Bytes(uint64_t b) { return absl::StrCat(FormatBytes(b), " (", Thousands(static_cast<int64_t>(b)), " B)"); }
 
+// 1e-06 rather than 9.99999997e-07: the float as it was written, for JSON readers.
+double ShortestDouble(float v) { return std::stod(absl::StrFormat("%g", v)); }
+
 struct Options {
   std::string model;
   bool tensors = false;
   bool json = false;
 };
 
-nlohmann::json HParamsJson(const HParams& hp) {
-  nlohmann::json j = {
+nlohmann::ordered_json HParamsJson(const HParams& hp) {
+  nlohmann::ordered_json j = {
       {"arch", model::ArchGgufName(hp.arch)},
       {"n_layer", hp.n_layer},
       {"n_embd", hp.n_embd},
@@ -61,8 +64,8 @@ nlohmann::json HParamsJson(const HParams& hp) {
       {"n_head_kv", hp.n_head_kv},
       {"head_dim", hp.head_dim},
       {"n_rot", hp.n_rot},
-      {"rope_theta", hp.rope_theta},
-      {"rms_eps", hp.rms_eps},
+      {"rope_theta", ShortestDouble(hp.rope_theta)},
+      {"rms_eps", ShortestDouble(hp.rms_eps)},
       {"n_expert", hp.n_expert},
       {"n_expert_used", hp.n_expert_used},
       {"n_ff_exp", hp.n_ff_exp},
@@ -108,11 +111,11 @@ int Run(const Options& opt) {
   const std::string name = m.metadata().GetString("general.name").value_or("");
 
   if (opt.json) {
-    nlohmann::json j;
+    nlohmann::ordered_json j;
     j["source"] = m.source();
     j["name"] = name;
     j["hparams"] = HParamsJson(hp);
-    j["layers"] = nlohmann::json::array();
+    j["layers"] = nlohmann::ordered_json::array();
     for (const model::LayerBytes& l : report.layers) {
       j["layers"].push_back({{"layer", l.layer},
                              {"kind", l.recurrent ? "deltanet" : "attention"},
@@ -121,7 +124,7 @@ int Run(const Options& opt) {
                              {"bytes_per_expert", l.bytes_per_expert},
                              {"expert_type", TypeName(l.expert_type)}});
     }
-    nlohmann::json types = nlohmann::json::object();
+    nlohmann::ordered_json types = nlohmann::ordered_json::object();
     for (const auto& [type, bytes] : report.bytes_by_type) {
       types[TypeName(type)] = {{"tensors", count_by_type[type]}, {"bytes", bytes}};
     }
@@ -138,13 +141,13 @@ int Run(const Options& opt) {
                    {"recurrent_layers", map.n_recurrent_layers()},
                    {"attention_layers", map.n_attention_layers()}};
     j["valid"] = report.ok();
-    j["problems"] = nlohmann::json::array();
+    j["problems"] = nlohmann::ordered_json::array();
     for (const model::Problem& p : report.problems) {
       j["problems"].push_back({{"kind", model::ProblemKindName(p.kind)}, {"tensor", p.tensor}, {"message", p.message}});
     }
     j["notes"] = report.notes;
     if (opt.tensors) {
-      j["tensors"] = nlohmann::json::array();
+      j["tensors"] = nlohmann::ordered_json::array();
       for (const format::TensorInfo& t : m.tensors()) {
         j["tensors"].push_back({{"name", t.name}, {"dims", t.dims}, {"type", TypeName(t.type)}, {"bytes", t.nbytes}});
       }
