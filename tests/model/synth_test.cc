@@ -441,19 +441,23 @@ TEST(OpenModelTest, SynthSpecs) {
 TEST(OpenModelTest, ErrorsForOtherInputs) {
   absl::StatusOr<std::unique_ptr<Model>> missing = OpenModel("/nonexistent/model.gguf");
   ASSERT_FALSE(missing.ok());
+  EXPECT_NE(std::string(missing.status().message()).find("/nonexistent/model.gguf"), std::string::npos);
 
+  // An empty directory is no model (no GGUF, no config.json).
   const std::string dir = TempPath("tandem-model-dir");
   std::filesystem::create_directories(dir);
-  absl::StatusOr<std::unique_ptr<Model>> d = OpenModel(dir);
-  ASSERT_FALSE(d.ok());
-  EXPECT_NE(std::string(d.status().message()).find("not a GGUF file"), std::string::npos);
+  EXPECT_FALSE(OpenModel(dir).ok());
   std::filesystem::remove_all(dir);
 
+  // A file that is neither GGUF nor named .gguf: one line naming the file and what is accepted.
   const std::string text = TempPath("tandem-not-a-model.txt");
   std::ofstream(text) << "hello";
   absl::StatusOr<std::unique_ptr<Model>> t = OpenModel(text);
   ASSERT_FALSE(t.ok());
-  EXPECT_NE(std::string(t.status().message()).find("not a GGUF file"), std::string::npos);
+  const std::string msg(t.status().message());
+  EXPECT_NE(msg.find(text), std::string::npos) << msg;
+  EXPECT_NE(msg.find("not a"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
   std::filesystem::remove(text);
 }
 
