@@ -533,3 +533,36 @@ absl::StatusOr<Vocabulary> Vocabulary::FromHfTokenizerJson(const std::string& pa
 }
 
 }  // namespace tandem::text
+
+namespace tandem::text {
+
+void Vocabulary::AppendToGgufMetadata(format::Metadata* md) const {
+  using format::Array;
+  using format::Value;
+  Array tokens_arr{format::ValueType::kString, std::vector<std::string>(tokens)};
+  std::vector<int32_t> type_ids(types.size());
+  for (size_t i = 0; i < types.size(); ++i) type_ids[i] = static_cast<int32_t>(types[i]);
+  Array types_arr{format::ValueType::kInt32, std::move(type_ids)};
+  std::vector<std::string> merge_strings;
+  merge_strings.reserve(merges.size());
+  for (const auto& [left, right] : merges) merge_strings.push_back(left + " " + right);
+  Array merges_arr{format::ValueType::kString, std::move(merge_strings)};
+  md->Set("tokenizer.ggml.model", Value::Str("gpt2"));
+  md->Set("tokenizer.ggml.pre", Value::Str(PreTokenizerKindName(pre)));
+  md->Set("tokenizer.ggml.tokens", Value::Arr(std::move(tokens_arr)));
+  md->Set("tokenizer.ggml.token_type", Value::Arr(std::move(types_arr)));
+  md->Set("tokenizer.ggml.merges", Value::Arr(std::move(merges_arr)));
+  const std::pair<const char*, int32_t> ids[] = {{"tokenizer.ggml.bos_token_id", bos_id},
+                                                 {"tokenizer.ggml.eos_token_id", eos_id},
+                                                 {"tokenizer.ggml.padding_token_id", pad_id},
+                                                 {"tokenizer.ggml.eot_token_id", eot_id},
+                                                 {"tokenizer.ggml.unknown_token_id", unk_id}};
+  for (const auto& [key, id] : ids) {
+    if (id >= 0) md->Set(key, Value::U32(static_cast<uint32_t>(id)));
+  }
+  md->Set("tokenizer.ggml.add_bos_token", Value::Bool(add_bos));
+  md->Set("tokenizer.ggml.add_eos_token", Value::Bool(add_eos));
+  if (chat_template.has_value()) md->Set("tokenizer.chat_template", Value::Str(*chat_template));
+}
+
+}  // namespace tandem::text

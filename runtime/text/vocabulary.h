@@ -70,6 +70,10 @@ struct Vocabulary {
   // Structural checks shared by both loaders and by hand-built vocabularies: sizes agree, special
   // ids are in range.
   absl::Status Validate() const;
+
+  // Writes the tokenizer.* keys llama.cpp reads (model "gpt2", pre, tokens, token_type, merges,
+  // special ids, add_bos/add_eos, chat_template) so that FromGgufMetadata reads them back.
+  void AppendToGgufMetadata(format::Metadata* metadata) const;
 };
 
 // True for texts that end a turn or a document (<|im_end|>, <|endoftext|>, <|eot_id|>, ...). The
