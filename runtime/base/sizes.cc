@@ -12,7 +12,8 @@
 namespace tandem {
 
 absl::StatusOr<uint64_t> ParseBytes(std::string_view text) {
-  std::string s(absl::StripAsciiWhitespace(text));
+  const std::string input(text);  // Debian's abseil has its own string_view type
+  std::string s(absl::StripAsciiWhitespace(input));
   size_t i = 0;
   while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
   std::string number = s.substr(0, i);
@@ -21,7 +22,7 @@ absl::StatusOr<uint64_t> ParseBytes(std::string_view text) {
   double value = number.empty() ? NAN : std::strtod(number.c_str(), &end);
   if (number.empty() || end != number.c_str() + number.size() || !std::isfinite(value)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("bad size '", text, "': expected a number with an optional unit, e.g. 24GiB"));
+        absl::StrCat("bad size '", input, "': expected a number with an optional unit, e.g. 24GiB"));
   }
   double scale = 0;
   if (suffix.empty() || suffix == "b") scale = 1;
@@ -35,11 +36,11 @@ absl::StatusOr<uint64_t> ParseBytes(std::string_view text) {
   else if (suffix == "tib") scale = 1024.0 * 1024 * 1024 * 1024;
   else {
     return absl::InvalidArgumentError(absl::StrCat(
-        "bad size '", text, "': unknown unit '", suffix, "' (use B, KB, MB, GB, KiB, MiB, GiB)"));
+        "bad size '", input, "': unknown unit '", suffix, "' (use B, KB, MB, GB, KiB, MiB, GiB)"));
   }
   double bytes = value * scale;
   if (bytes >= 1.8e19) {
-    return absl::InvalidArgumentError(absl::StrCat("bad size '", text, "': too large"));
+    return absl::InvalidArgumentError(absl::StrCat("bad size '", input, "': too large"));
   }
   return static_cast<uint64_t>(std::llround(bytes));
 }

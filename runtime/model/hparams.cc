@@ -451,7 +451,11 @@ absl::StatusOr<HParams> HParamsFromHfConfig(const nlohmann::json& config) {
   TANDEM_ASSIGN_OR_RETURN(hp.n_ctx_train, j.IntOr("max_position_embeddings", d.max_position_embeddings));
   TANDEM_ASSIGN_OR_RETURN(double eps, j.FloatOr("rms_norm_eps", 1e-6));
   hp.rms_eps = static_cast<float>(eps);
+  // transformers 5 writes qwen3_moe's expert count as num_local_experts.
   TANDEM_ASSIGN_OR_RETURN(hp.n_expert, j.IntOr("num_experts", d.num_experts));
+  if (!j.Has("num_experts")) {
+    TANDEM_ASSIGN_OR_RETURN(hp.n_expert, j.IntOr("num_local_experts", d.num_experts));
+  }
   TANDEM_ASSIGN_OR_RETURN(hp.n_expert_used, j.IntOr("num_experts_per_tok", d.num_experts_per_tok));
   TANDEM_ASSIGN_OR_RETURN(hp.n_ff_exp, j.IntOr("moe_intermediate_size", d.moe_intermediate_size));
   if (arch == Arch::kQwen35Moe) {

@@ -3,6 +3,8 @@
 // directories are refused with a line saying what is accepted).
 #include "runtime/model/model.h"
 
+#include "runtime/model/hf_model.h"
+
 #include <cstdio>
 #include <filesystem>
 #include <system_error>
@@ -116,15 +118,12 @@ absl::StatusOr<std::unique_ptr<Model>> OpenModel(const std::string& spec, const 
   if (ec || !std::filesystem::exists(status)) {
     return absl::NotFoundError(absl::StrCat(spec, ": no such file or directory"));
   }
-  if (std::filesystem::is_directory(status)) {
-    return absl::UnimplementedError(absl::StrCat(
-        spec, ": not a GGUF file; Hugging Face directories arrive with the reference engine"));
-  }
+  if (std::filesystem::is_directory(status)) return OpenHfModel(spec);
   // A .gguf name or the GGUF magic goes to the GGUF reader, whose messages say what is wrong with
   // a truncated or corrupt file; anything else is not a model Tandem reads.
   if (spec.ends_with(".gguf") || HasGgufMagic(spec)) return GgufModel::Open(spec, options);
   return absl::InvalidArgumentError(absl::StrCat(
-      spec, ": not a GGUF file; Hugging Face directories arrive with the reference engine"));
+      spec, ": not a model: expected a .gguf file, a Hugging Face directory or synth:NAME"));
 }
 
 }  // namespace tandem::model

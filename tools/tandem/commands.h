@@ -8,5 +8,8 @@ namespace tandem::cli {
 
 void RegisterInspect(CLI::App& app, int* exit_code);
 void RegisterSynth(CLI::App& app, int* exit_code);
+void RegisterRun(CLI::App& app, int* exit_code);
+void RegisterLogits(CLI::App& app, int* exit_code);
+void RegisterConvert(CLI::App& app, int* exit_code);
 
 }  // namespace tandem::cli

@@ -12,7 +12,10 @@ int main(int argc, char** argv) {
       "of a named shape, built in memory)."};
   app.require_subcommand(1);
   int exit_code = 0;
+  tandem::cli::RegisterRun(app, &exit_code);
+  tandem::cli::RegisterLogits(app, &exit_code);
   tandem::cli::RegisterInspect(app, &exit_code);
+  tandem::cli::RegisterConvert(app, &exit_code);
   tandem::cli::RegisterSynth(app, &exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;

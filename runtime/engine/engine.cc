@@ -1,0 +1,169 @@
+#include "runtime/engine/engine.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/base/status_macros.h"
+
+namespace tandem::engine {
+namespace {
+
+double SecondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+uint64_t Fnv1a(uint64_t h, const void* data, size_t n) {
+  const uint8_t* p = static_cast<const uint8_t*>(data);
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+
+}  // namespace
+
+uint64_t ModelFingerprint(const model::Model& model) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  const std::string arch = model::ArchGgufName(model.hparams().arch);
+  h = Fnv1a(h, arch.data(), arch.size());
+  for (const format::TensorInfo& t : model.tensors()) {
+    h = Fnv1a(h, t.name.data(), t.name.size());
+    h = Fnv1a(h, t.dims.data(), t.dims.size() * sizeof(int64_t));
+    h = Fnv1a(h, &t.type, sizeof(t.type));
+  }
+  return h;
+}
+
+Engine::~Engine() = default;
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto engine = std::unique_ptr<Engine>(new Engine());
+  if (options.backend != "auto" && options.backend != "reference") {
+    if (options.backend == "cpu" || options.backend == "cuda") {
+      return absl::UnimplementedError(absl::StrCat(
+          "backend '", options.backend,
+          "' is not part of this build yet; use --backend reference (the fp32 CPU oracle)"));
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown backend '", options.backend, "' (choose auto, reference, cpu or cuda)"));
+  }
+  engine->backend_name_ = "reference";
+
+  model::OpenOptions open;
+  open.progress = options.progress;
+  TANDEM_ASSIGN_OR_RETURN(engine->model_, model::OpenModel(options.model, open));
+  const model::HParams& hp = engine->model_->hparams();
+  TANDEM_ASSIGN_OR_RETURN(engine->forward_, reference::ReferenceForward::Create(*engine->model_));
+
+  // Tokenizer: an explicit tokenizer.json, else the GGUF's own keys, else tokenizer.json beside an
+  // HF checkpoint. A model without one still serves token-id interfaces.
+  std::optional<text::Vocabulary> vocab;
+  const std::filesystem::path beside = std::filesystem::path(options.model) / "tokenizer.json";
+  if (!options.tokenizer.empty()) {
+    TANDEM_ASSIGN_OR_RETURN(vocab, text::Vocabulary::FromHfTokenizerJson(options.tokenizer, hp.n_vocab));
+  } else if (engine->model_->metadata().Find("tokenizer.ggml.tokens") != nullptr) {
+    TANDEM_ASSIGN_OR_RETURN(vocab, text::Vocabulary::FromGgufMetadata(engine->model_->metadata()));
+  } else if (std::filesystem::is_directory(options.model) && std::filesystem::exists(beside)) {
+    TANDEM_ASSIGN_OR_RETURN(vocab, text::Vocabulary::FromHfTokenizerJson(beside.string(), hp.n_vocab));
+  }
+  if (vocab.has_value()) {
+    if (vocab->size() > hp.n_vocab) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          options.model, ": tokenizer has ", vocab->size(), " tokens but the model's embedding has ",
+          hp.n_vocab, " rows"));
+    }
+    for (const std::string& w : vocab->warnings) engine->notes_.push_back(w);
+    TANDEM_ASSIGN_OR_RETURN(text::Tokenizer tok, text::Tokenizer::Create(std::move(*vocab)));
+    for (const std::string& w : tok.warnings()) engine->notes_.push_back(w);
+    engine->tokenizer_.emplace(std::move(tok));
+  } else {
+    engine->notes_.push_back("the model carries no tokenizer: only token-id interfaces work");
+  }
+
+  const int train_ctx = hp.n_ctx_train > 0 ? hp.n_ctx_train : 4096;
+  engine->n_ctx_ = options.n_ctx > 0 ? options.n_ctx : std::min(train_ctx, 4096);
+  if (engine->n_ctx_ > train_ctx) {
+    engine->notes_.push_back(absl::StrCat("context ", engine->n_ctx_,
+                                          " exceeds the model's training context ", train_ctx));
+  }
+
+  if (!options.routing_log.empty()) {
+    RoutingLogHeader header;
+    header.n_layer = hp.n_layer;
+    header.n_expert = hp.n_expert;
+    header.n_expert_used = hp.n_expert_used;
+    header.model_fingerprint = ModelFingerprint(*engine->model_);
+    header.model_name = engine->model_->source();
+    TANDEM_ASSIGN_OR_RETURN(engine->routing_log_,
+                            RoutingLogWriter::Open(options.routing_log, header));
+  }
+  engine->load_seconds_ = SecondsSince(t0);
+  return engine;
+}
+
+std::unique_ptr<Session> Engine::NewSession() {
+  return std::unique_ptr<Session>(new Session(this));
+}
+
+Session::Session(Engine* engine)
+    : engine_(engine),
+      state_(reference::SequenceState::Create(engine->hparams(), engine->n_ctx())),
+      sequence_id_(engine->next_sequence_id_++) {}
+
+void Session::Reset() {
+  state_ = reference::SequenceState::Create(engine_->hparams(), engine_->n_ctx());
+  sequence_id_ = engine_->next_sequence_id_++;
+  stats_ = SessionStats();
+}
+
+absl::Status Session::Run(std::span<const int32_t> tokens, bool all_logits,
+                          std::vector<float>* logits) {
+  const model::HParams& hp = engine_->hparams();
+  const int T = static_cast<int>(tokens.size());
+  reference::ForwardOptions options;
+  options.all_logits = all_logits;
+  RoutingLogWriter* log = engine_->routing_log_.get();
+  const int k = hp.n_expert_used;
+  if (log != nullptr) {
+    route_ids_.assign(static_cast<size_t>(T) * hp.n_layer * k, 0);
+    route_weights_.assign(route_ids_.size(), 0.0f);
+    options.routing_hook = [&](int layer, int row, std::span<const int32_t> ids,
+                               std::span<const float> weights) {
+      const size_t base = (static_cast<size_t>(row) * hp.n_layer + layer) * k;
+      std::copy(ids.begin(), ids.end(), route_ids_.begin() + base);
+      std::copy(weights.begin(), weights.end(), route_weights_.begin() + base);
+    };
+  }
+  const int first_pos = state_.n_past;
+  TANDEM_RETURN_IF_ERROR(engine_->forward_->Forward(tokens, state_, options, logits));
+  if (log != nullptr) {
+    for (int t = 0; t < T; ++t) {
+      for (int il = 0; il < hp.n_layer; ++il) {
+        const size_t base = (static_cast<size_t>(t) * hp.n_layer + il) * k;
+        log->SetLayer(il, std::span(route_ids_).subspan(base, k),
+                      std::span(route_weights_).subspan(base, k));
+      }
+      TANDEM_RETURN_IF_ERROR(log->WriteToken(sequence_id_, first_pos + t, tokens[t]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Session::Prefill(std::span<const int32_t> tokens, bool all_logits,
+                              std::vector<float>* logits) {
+  const auto t0 = std::chrono::steady_clock::now();
+  TANDEM_RETURN_IF_ERROR(Run(tokens, all_logits, logits));
+  stats_.prompt_tokens += static_cast<int>(tokens.size());
+  stats_.prompt_seconds += SecondsSince(t0);
+  return absl::OkStatus();
+}
+
+absl::Status Session::Decode(int32_t token, std::vector<float>* logits) {
+  const auto t0 = std::chrono::steady_clock::now();
+  TANDEM_RETURN_IF_ERROR(Run(std::span(&token, 1), false, logits));
+  stats_.generated_tokens += 1;
+  stats_.decode_seconds += SecondsSince(t0);
+  return absl::OkStatus();
+}
+
+}  // namespace tandem::engine

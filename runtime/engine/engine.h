@@ -1,0 +1,110 @@
+// The public engine API: load a model once (Engine), run sequences on it (Session). A session owns
+// its caches and statistics; the engine owns weights, tokenizer and the backend. Backends today:
+// `reference` (the fp32 oracle of runtime/reference). Requests for a backend this build does not
+// have fail with a clear message; nothing falls back silently to different math.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "runtime/engine/routing_log.h"
+#include "runtime/model/model.h"
+#include "runtime/reference/forward.h"
+#include "runtime/text/tokenizer.h"
+
+namespace tandem::engine {
+
+struct EngineOptions {
+  std::string model;               // path, HF directory or synth:NAME
+  std::string backend = "auto";    // auto | reference | cpu | cuda
+  int n_ctx = 0;                   // 0: the smaller of the model's training context and 4096
+  std::string tokenizer;           // optional tokenizer.json overriding the model's own
+  std::string routing_log;         // append routing decisions to this file when set
+  model::ProgressFn progress;      // long loads and syntheses report here
+};
+
+struct SessionStats {
+  int prompt_tokens = 0;
+  double prompt_seconds = 0;
+  int generated_tokens = 0;
+  double decode_seconds = 0;        // time of single-token steps after the prompt
+  double time_to_first_token = 0;   // from the start of the prompt to the first sampled token
+  double prompt_tok_s() const { return prompt_seconds > 0 ? prompt_tokens / prompt_seconds : 0; }
+  double decode_tok_s() const {
+    return decode_seconds > 0 ? generated_tokens / decode_seconds : 0;
+  }
+};
+
+class Session;
+
+class Engine {
+ public:
+  static absl::StatusOr<std::unique_ptr<Engine>> Load(const EngineOptions& options);
+  ~Engine();
+
+  const model::Model& model() const { return *model_; }
+  const model::HParams& hparams() const { return model_->hparams(); }
+  // Null when the model carries no tokenizer (token-id interfaces still work).
+  const text::Tokenizer* tokenizer() const { return tokenizer_ ? &*tokenizer_ : nullptr; }
+  const std::string& backend_name() const { return backend_name_; }
+  int n_ctx() const { return n_ctx_; }
+  double load_seconds() const { return load_seconds_; }
+  // Notes for the user gathered while loading (tokenizer warnings, context clamping).
+  const std::vector<std::string>& notes() const { return notes_; }
+
+  std::unique_ptr<Session> NewSession();
+
+ private:
+  friend class Session;
+  Engine() = default;
+  std::unique_ptr<model::Model> model_;
+  std::optional<text::Tokenizer> tokenizer_;
+  std::unique_ptr<reference::ReferenceForward> forward_;
+  std::unique_ptr<RoutingLogWriter> routing_log_;
+  std::string backend_name_;
+  int n_ctx_ = 0;
+  double load_seconds_ = 0;
+  uint32_t next_sequence_id_ = 0;
+  std::vector<std::string> notes_;
+};
+
+class Session {
+ public:
+  // Runs `tokens` after what the session has seen. logits: T x vocab with all_logits, else the
+  // last position's row.
+  absl::Status Prefill(std::span<const int32_t> tokens, bool all_logits, std::vector<float>* logits);
+  // One token (a decode step): logits of that position.
+  absl::Status Decode(int32_t token, std::vector<float>* logits);
+  int n_past() const { return state_.n_past; }
+  int n_ctx() const { return state_.n_ctx; }
+  // Forgets the sequence (a new sequence id for the routing log).
+  void Reset();
+
+  SessionStats& stats() { return stats_; }
+  const SessionStats& stats() const { return stats_; }
+
+ private:
+  friend class Engine;
+  explicit Session(Engine* engine);
+  absl::Status Run(std::span<const int32_t> tokens, bool all_logits, std::vector<float>* logits);
+
+  Engine* engine_;
+  reference::SequenceState state_;
+  uint32_t sequence_id_ = 0;
+  SessionStats stats_;
+  // Routing decisions of the current batch: [row][layer][k].
+  std::vector<int32_t> route_ids_;
+  std::vector<float> route_weights_;
+};
+
+// A stable 64-bit fingerprint of a model's architecture, shapes and tensor types.
+uint64_t ModelFingerprint(const model::Model& model);
+
+}  // namespace tandem::engine

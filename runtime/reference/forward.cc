@@ -1,0 +1,416 @@
+#include "runtime/reference/forward.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "runtime/reference/matmul.h"
+
+namespace tandem::reference {
+namespace {
+
+float Sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+float Silu(float x) { return x / (1.0f + std::exp(-x)); }
+// torch.nn.functional.softplus with beta 1 and threshold 20 (ggml uses the same cut-off).
+float Softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+
+const float* F32(const format::TensorInfo* t) { return reinterpret_cast<const float*>(t->data); }
+
+// out = x / sqrt(mean(x^2) + eps) * w  (w may be null for a plain normalisation).
+void RmsNorm(const float* x, const float* w, int n, float eps, float* out) {
+  double ss = 0;
+  for (int i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  const float scale = 1.0f / std::sqrt(static_cast<float>(ss / n) + eps);
+  for (int i = 0; i < n; ++i) out[i] = x[i] * scale * (w != nullptr ? w[i] : 1.0f);
+}
+
+// x * rsqrt(sum(x^2) + 1e-6): transformers' l2norm of DeltaNet queries and keys.
+void L2Norm(float* x, int n) {
+  double ss = 0;
+  for (int i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  const float scale = 1.0f / std::sqrt(static_cast<float>(ss) + 1e-6f);
+  for (int i = 0; i < n; ++i) x[i] *= scale;
+}
+
+// NeoX ("rotate half") RoPE on the first n_rot dims of one head: dim i pairs with i + n_rot/2.
+void Rope(float* x, int n_rot, int pos, const std::vector<float>& inv_freq) {
+  const int half = n_rot / 2;
+  for (int i = 0; i < half; ++i) {
+    const float angle = static_cast<float>(pos) * inv_freq[i];
+    const float c = std::cos(angle), s = std::sin(angle);
+    const float a = x[i], b = x[i + half];
+    x[i] = a * c - b * s;
+    x[i + half] = b * c + a * s;
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ReferenceForward>> ReferenceForward::Create(
+    const model::Model& model) {
+  if (!model.materialized()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(model.source(), ": the reference forward pass needs the tensor data"));
+  }
+  auto fwd = std::unique_ptr<ReferenceForward>(new ReferenceForward());
+  fwd->hp_ = model.hparams();
+  const model::HParams& hp = fwd->hp_;
+  std::string missing;
+  auto get = [&](const std::string& name, bool required) -> const format::TensorInfo* {
+    const format::TensorInfo* t = model.Find(name);
+    if (t == nullptr && required) absl::StrAppend(&missing, missing.empty() ? "" : ", ", name);
+    return t;
+  };
+  fwd->token_embd_ = get("token_embd.weight", true);
+  fwd->output_norm_ = get("output_norm.weight", true);
+  fwd->output_ = get("output.weight", true);
+  fwd->layers_.resize(hp.n_layer);
+  for (int il = 0; il < hp.n_layer; ++il) {
+    Layer& l = fwd->layers_[il];
+    const std::string p = absl::StrCat("blk.", il, ".");
+    l.attn_norm = get(p + "attn_norm.weight", true);
+    l.post_norm = get(p + (hp.is_hybrid() ? "post_attention_norm.weight" : "ffn_norm.weight"), true);
+    if (hp.IsRecurrentLayer(il)) {
+      l.ssm_qkv = get(p + "attn_qkv.weight", true);
+      l.ssm_z = get(p + "attn_gate.weight", true);
+      if (hp.arch == model::Arch::kQwen35Moe) {
+        l.ssm_beta = get(p + "ssm_beta.weight", true);
+        l.ssm_alpha = get(p + "ssm_alpha.weight", true);
+      } else {
+        l.ssm_ba = get(p + "ssm_ba.weight", true);
+      }
+      l.ssm_conv = get(p + "ssm_conv1d.weight", true);
+      l.ssm_dt = get(p + "ssm_dt.bias", true);
+      l.ssm_a = get(p + "ssm_a", true);
+      l.ssm_norm = get(p + "ssm_norm.weight", true);
+      l.ssm_out = get(p + "ssm_out.weight", true);
+    } else {
+      l.wq = get(p + "attn_q.weight", true);
+      l.wk = get(p + "attn_k.weight", true);
+      l.wv = get(p + "attn_v.weight", true);
+      l.wo = get(p + "attn_output.weight", true);
+      l.q_norm = get(p + "attn_q_norm.weight", true);
+      l.k_norm = get(p + "attn_k_norm.weight", true);
+    }
+    l.router = get(p + "ffn_gate_inp.weight", true);
+    l.gate_exps = get(p + "ffn_gate_exps.weight", true);
+    l.up_exps = get(p + "ffn_up_exps.weight", true);
+    l.down_exps = get(p + "ffn_down_exps.weight", true);
+    if (hp.n_ff_shexp > 0) {
+      l.shexp_gate_inp = get(p + "ffn_gate_inp_shexp.weight", true);
+      l.gate_shexp = get(p + "ffn_gate_shexp.weight", true);
+      l.up_shexp = get(p + "ffn_up_shexp.weight", true);
+      l.down_shexp = get(p + "ffn_down_shexp.weight", true);
+    }
+  }
+  if (!missing.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(model.source(), ": missing tensors for the forward pass: ", missing));
+  }
+  // Every 1-D parameter is read as fp32 directly.
+  for (const format::TensorInfo& t : model.tensors()) {
+    if (t.dims.size() == 1 && t.type != quant::GgmlType::kF32) {
+      return absl::InvalidArgumentError(absl::StrCat(model.source(), ": tensor ", t.name,
+                                                     " must be f32, found ",
+                                                     quant::GetTypeInfo(t.type).name));
+    }
+  }
+  return fwd;
+}
+
+void ReferenceForward::Attention(const Layer& w, LayerState& ls, int n_past, int T, const float* x,
+                                 float* out) const {
+  const model::HParams& hp = hp_;
+  const int hd = hp.head_dim;
+  const bool gated = hp.is_hybrid();  // qwen3next/qwen35moe: query rows carry a sigmoid gate
+  const int q_stride = gated ? 2 * hd : hd;
+  const int q_rows = hp.n_head * q_stride;
+  const int kv_dim = hp.n_head_kv * hd;
+  std::vector<float> q(static_cast<size_t>(T) * q_rows), k(static_cast<size_t>(T) * kv_dim),
+      v(static_cast<size_t>(T) * kv_dim);
+  MatMul(*w.wq, 0, q_rows, x, T, q.data());
+  MatMul(*w.wk, 0, kv_dim, x, T, k.data());
+  MatMul(*w.wv, 0, kv_dim, x, T, v.data());
+
+  std::vector<float> inv_freq(hp.n_rot / 2);
+  for (int i = 0; i < hp.n_rot / 2; ++i) {
+    inv_freq[i] = 1.0f / std::pow(hp.rope_theta, static_cast<float>(2 * i) / hp.n_rot);
+  }
+  const float* qn = F32(w.q_norm);
+  const float* kn = F32(w.k_norm);
+  for (int t = 0; t < T; ++t) {
+    const int pos = n_past + t;
+    for (int h = 0; h < hp.n_head; ++h) {
+      float* qh = &q[static_cast<size_t>(t) * q_rows + h * q_stride];
+      RmsNorm(qh, qn, hd, hp.rms_eps, qh);
+      Rope(qh, hp.n_rot, pos, inv_freq);
+    }
+    for (int g = 0; g < hp.n_head_kv; ++g) {
+      float* kh = &k[static_cast<size_t>(t) * kv_dim + g * hd];
+      RmsNorm(kh, kn, hd, hp.rms_eps, kh);
+      Rope(kh, hp.n_rot, pos, inv_freq);
+    }
+    std::copy_n(&k[static_cast<size_t>(t) * kv_dim], kv_dim,
+                &ls.k_cache[static_cast<size_t>(pos) * kv_dim]);
+    std::copy_n(&v[static_cast<size_t>(t) * kv_dim], kv_dim,
+                &ls.v_cache[static_cast<size_t>(pos) * kv_dim]);
+  }
+
+  const int group = hp.n_head / hp.n_head_kv;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  std::vector<float> attn(static_cast<size_t>(T) * hp.n_head * hd);
+  std::vector<float> scores;
+  for (int t = 0; t < T; ++t) {
+    const int n_keys = n_past + t + 1;  // causal: keys 0..pos
+    scores.resize(n_keys);
+    for (int h = 0; h < hp.n_head; ++h) {
+      const int g = h / group;
+      const float* qh = &q[static_cast<size_t>(t) * q_rows + h * q_stride];
+      float max_s = -INFINITY;
+      for (int j = 0; j < n_keys; ++j) {
+        scores[j] = Dot(qh, &ls.k_cache[static_cast<size_t>(j) * kv_dim + g * hd], hd) * scale;
+        max_s = std::max(max_s, scores[j]);
+      }
+      float sum = 0;
+      for (int j = 0; j < n_keys; ++j) {
+        scores[j] = std::exp(scores[j] - max_s);
+        sum += scores[j];
+      }
+      float* o = &attn[(static_cast<size_t>(t) * hp.n_head + h) * hd];
+      std::fill_n(o, hd, 0.0f);
+      for (int j = 0; j < n_keys; ++j) {
+        const float p = scores[j] / sum;
+        const float* vj = &ls.v_cache[static_cast<size_t>(j) * kv_dim + g * hd];
+        for (int d = 0; d < hd; ++d) o[d] += p * vj[d];
+      }
+      if (gated) {
+        const float* gate = qh + hd;
+        for (int d = 0; d < hd; ++d) o[d] *= Sigmoid(gate[d]);
+      }
+    }
+  }
+  MatMul(*w.wo, 0, hp.n_embd, attn.data(), T, out);
+}
+
+void ReferenceForward::DeltaNet(const Layer& w, LayerState& ls, int T, const float* x,
+                                float* out) const {
+  const model::HParams& hp = hp_;
+  const int n_k = hp.ssm_n_group, n_v = hp.ssm_dt_rank;
+  const int dk = hp.ssm_d_state, dv = hp.head_v_dim();
+  const int r = n_v / n_k;
+  const int key_dim = n_k * dk;
+  const int conv_dim = hp.ssm_conv_dim();
+  const int K = hp.ssm_conv_kernel;
+  const bool tiled = hp.arch == model::Arch::kQwen35Moe;  // value head j reads key head j % n_k
+
+  std::vector<float> qkv(static_cast<size_t>(T) * conv_dim), z(static_cast<size_t>(T) * hp.ssm_d_inner);
+  std::vector<float> b(static_cast<size_t>(T) * n_v), a(static_cast<size_t>(T) * n_v);
+  MatMul(*w.ssm_qkv, 0, conv_dim, x, T, qkv.data());
+  MatMul(*w.ssm_z, 0, hp.ssm_d_inner, x, T, z.data());
+  if (w.ssm_ba != nullptr) {
+    // qwen3next: per key head g the rows are [b_(g,0..r-1) | a_(g,0..r-1)].
+    std::vector<float> ba(static_cast<size_t>(T) * 2 * n_v);
+    MatMul(*w.ssm_ba, 0, 2 * n_v, x, T, ba.data());
+    for (int t = 0; t < T; ++t) {
+      for (int g = 0; g < n_k; ++g) {
+        for (int i = 0; i < r; ++i) {
+          b[t * n_v + g * r + i] = ba[static_cast<size_t>(t) * 2 * n_v + g * 2 * r + i];
+          a[t * n_v + g * r + i] = ba[static_cast<size_t>(t) * 2 * n_v + g * 2 * r + r + i];
+        }
+      }
+    }
+  } else {
+    MatMul(*w.ssm_beta, 0, n_v, x, T, b.data());
+    MatMul(*w.ssm_alpha, 0, n_v, x, T, a.data());
+  }
+
+  const float* conv_w = F32(w.ssm_conv);  // [conv_dim][K], tap K-1 multiplies the current token
+  const float* dt_bias = F32(w.ssm_dt);
+  const float* ssm_a = F32(w.ssm_a);
+  const float* norm_w = F32(w.ssm_norm);
+  const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
+  std::vector<float> y(conv_dim), kv_mem(dv), o(static_cast<size_t>(T) * hp.ssm_d_inner);
+  for (int t = 0; t < T; ++t) {
+    const float* xt = &qkv[static_cast<size_t>(t) * conv_dim];
+    for (int c = 0; c < conv_dim; ++c) {
+      float* st = &ls.conv[static_cast<size_t>(c) * (K - 1)];
+      const float* wc = &conv_w[static_cast<size_t>(c) * K];
+      float acc = wc[K - 1] * xt[c];
+      for (int j = 0; j < K - 1; ++j) acc += wc[j] * st[j];
+      for (int j = 0; j + 1 < K - 1; ++j) st[j] = st[j + 1];
+      st[K - 2] = xt[c];
+      y[c] = Silu(acc);
+    }
+    float* q = y.data();
+    float* k = y.data() + key_dim;
+    const float* v = y.data() + 2 * key_dim;
+    for (int g = 0; g < n_k; ++g) {
+      L2Norm(q + g * dk, dk);
+      L2Norm(k + g * dk, dk);
+      for (int i = 0; i < dk; ++i) q[g * dk + i] *= q_scale;
+    }
+    for (int j = 0; j < n_v; ++j) {
+      const int kh = tiled ? j % n_k : j / r;
+      const float* qj = q + kh * dk;
+      const float* kj = k + kh * dk;
+      const float* vj = v + j * dv;
+      const float beta = Sigmoid(b[t * n_v + j]);
+      const float decay = std::exp(ssm_a[j] * Softplus(a[t * n_v + j] + dt_bias[j]));
+      float* S = &ls.ssm[static_cast<size_t>(j) * dk * dv];  // S[kk][vv]
+      for (int i = 0; i < dk * dv; ++i) S[i] *= decay;
+      std::fill(kv_mem.begin(), kv_mem.end(), 0.0f);
+      for (int kk = 0; kk < dk; ++kk) {
+        for (int vv = 0; vv < dv; ++vv) kv_mem[vv] += S[kk * dv + vv] * kj[kk];
+      }
+      for (int vv = 0; vv < dv; ++vv) kv_mem[vv] = (vj[vv] - kv_mem[vv]) * beta;  // delta
+      float* oj = &o[static_cast<size_t>(t) * hp.ssm_d_inner + j * dv];
+      std::fill_n(oj, dv, 0.0f);
+      for (int kk = 0; kk < dk; ++kk) {
+        for (int vv = 0; vv < dv; ++vv) {
+          S[kk * dv + vv] += kj[kk] * kv_mem[vv];
+          oj[vv] += S[kk * dv + vv] * qj[kk];
+        }
+      }
+      // Gated RMSNorm over the head: normalise, scale by ssm_norm, multiply by silu(z).
+      RmsNorm(oj, norm_w, dv, hp.rms_eps, oj);
+      const float* zj = &z[static_cast<size_t>(t) * hp.ssm_d_inner + j * dv];
+      for (int vv = 0; vv < dv; ++vv) oj[vv] *= Silu(zj[vv]);
+    }
+  }
+  MatMul(*w.ssm_out, 0, hp.n_embd, o.data(), T, out);
+}
+
+void ReferenceForward::Moe(const Layer& w, int il, int T, const float* x,
+                           const ForwardOptions& options, float* out) const {
+  const model::HParams& hp = hp_;
+  const int E = hp.n_expert, k_used = hp.n_expert_used, n_ff = hp.n_ff_exp, H = hp.n_embd;
+  std::vector<float> logits(static_cast<size_t>(T) * E);
+  MatMul(*w.router, 0, E, x, T, logits.data());
+
+  // expert -> (row, weight) of every token that chose it
+  std::map<int, std::vector<std::pair<int, float>>> chosen;
+  std::vector<int32_t> order(E), ids(k_used);
+  std::vector<float> probs(E), weights(k_used);
+  for (int t = 0; t < T; ++t) {
+    const float* lt = &logits[static_cast<size_t>(t) * E];
+    const float mx = *std::max_element(lt, lt + E);
+    float sum = 0;
+    for (int e = 0; e < E; ++e) sum += probs[e] = std::exp(lt[e] - mx);
+    for (int e = 0; e < E; ++e) probs[e] /= sum;
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + k_used, order.end(), [&](int32_t p, int32_t q) {
+      return probs[p] > probs[q] || (probs[p] == probs[q] && p < q);
+    });
+    float wsum = 0;
+    for (int i = 0; i < k_used; ++i) {
+      ids[i] = order[i];
+      weights[i] = probs[order[i]];
+      wsum += weights[i];
+    }
+    for (int i = 0; i < k_used; ++i) {
+      if (hp.norm_topk_prob) weights[i] /= wsum;
+      if (hp.expert_weights_scale != 0.0f && hp.expert_weights_scale != 1.0f) {
+        weights[i] *= hp.expert_weights_scale;
+      }
+      chosen[ids[i]].push_back({t, weights[i]});
+    }
+    if (options.routing_hook) options.routing_hook(il, t, ids, weights);
+  }
+
+  std::fill_n(out, static_cast<size_t>(T) * H, 0.0f);
+  std::vector<float> xe, g, u, d;
+  for (const auto& [e, rows] : chosen) {
+    const int m = static_cast<int>(rows.size());
+    xe.resize(static_cast<size_t>(m) * H);
+    for (int i = 0; i < m; ++i) std::copy_n(x + static_cast<size_t>(rows[i].first) * H, H, &xe[i * H]);
+    g.resize(static_cast<size_t>(m) * n_ff);
+    u.resize(static_cast<size_t>(m) * n_ff);
+    d.resize(static_cast<size_t>(m) * H);
+    MatMul(*w.gate_exps, static_cast<int64_t>(e) * n_ff, n_ff, xe.data(), m, g.data());
+    MatMul(*w.up_exps, static_cast<int64_t>(e) * n_ff, n_ff, xe.data(), m, u.data());
+    for (size_t i = 0; i < g.size(); ++i) g[i] = Silu(g[i]) * u[i];
+    MatMul(*w.down_exps, static_cast<int64_t>(e) * H, H, g.data(), m, d.data());
+    for (int i = 0; i < m; ++i) {
+      float* o = out + static_cast<size_t>(rows[i].first) * H;
+      for (int c = 0; c < H; ++c) o[c] += rows[i].second * d[static_cast<size_t>(i) * H + c];
+    }
+  }
+
+  if (hp.n_ff_shexp > 0) {
+    const int n_sh = hp.n_ff_shexp;
+    g.resize(static_cast<size_t>(T) * n_sh);
+    u.resize(static_cast<size_t>(T) * n_sh);
+    d.resize(static_cast<size_t>(T) * H);
+    MatMul(*w.gate_shexp, 0, n_sh, x, T, g.data());
+    MatMul(*w.up_shexp, 0, n_sh, x, T, u.data());
+    for (size_t i = 0; i < g.size(); ++i) g[i] = Silu(g[i]) * u[i];
+    MatMul(*w.down_shexp, 0, H, g.data(), T, d.data());
+    const float* gate_w = F32(w.shexp_gate_inp);
+    for (int t = 0; t < T; ++t) {
+      const float gate = Sigmoid(Dot(gate_w, x + static_cast<size_t>(t) * H, H));
+      float* o = out + static_cast<size_t>(t) * H;
+      for (int c = 0; c < H; ++c) o[c] += gate * d[static_cast<size_t>(t) * H + c];
+    }
+  }
+}
+
+absl::Status ReferenceForward::Forward(std::span<const int32_t> tokens, SequenceState& state,
+                                       const ForwardOptions& options,
+                                       std::vector<float>* logits) const {
+  const model::HParams& hp = hp_;
+  const int T = static_cast<int>(tokens.size());
+  if (T == 0) return absl::InvalidArgumentError("forward pass of zero tokens");
+  if (state.n_past + T > state.n_ctx) {
+    return absl::OutOfRangeError(absl::StrCat("context full: ", state.n_past, " + ", T,
+                                              " tokens exceed the context of ", state.n_ctx));
+  }
+  if (static_cast<int>(state.layers.size()) != hp.n_layer) {
+    return absl::InvalidArgumentError("sequence state was made for another model");
+  }
+  for (int t = 0; t < T; ++t) {
+    if (tokens[t] < 0 || tokens[t] >= hp.n_vocab) {
+      return absl::OutOfRangeError(absl::StrCat("token id ", tokens[t], " at position ", t,
+                                                " is outside the vocabulary [0, ", hp.n_vocab, ")"));
+    }
+  }
+  const int H = hp.n_embd;
+  std::vector<float> x(static_cast<size_t>(T) * H), h(x.size()), tmp(x.size());
+  for (int t = 0; t < T; ++t) DecodeRow(*token_embd_, tokens[t], &x[static_cast<size_t>(t) * H]);
+
+  for (int il = 0; il < hp.n_layer; ++il) {
+    const Layer& w = layers_[il];
+    for (int t = 0; t < T; ++t) {
+      RmsNorm(&x[static_cast<size_t>(t) * H], F32(w.attn_norm), H, hp.rms_eps,
+              &h[static_cast<size_t>(t) * H]);
+    }
+    if (hp.IsRecurrentLayer(il)) {
+      DeltaNet(w, state.layers[il], T, h.data(), tmp.data());
+    } else {
+      Attention(w, state.layers[il], state.n_past, T, h.data(), tmp.data());
+    }
+    for (size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
+    for (int t = 0; t < T; ++t) {
+      RmsNorm(&x[static_cast<size_t>(t) * H], F32(w.post_norm), H, hp.rms_eps,
+              &h[static_cast<size_t>(t) * H]);
+    }
+    Moe(w, il, T, h.data(), options, tmp.data());
+    for (size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
+  }
+  state.n_past += T;
+
+  const int first = options.all_logits ? 0 : T - 1;
+  const int n_out = T - first;
+  for (int t = first; t < T; ++t) {
+    RmsNorm(&x[static_cast<size_t>(t) * H], F32(output_norm_), H, hp.rms_eps,
+            &h[static_cast<size_t>(t - first) * H]);
+  }
+  logits->resize(static_cast<size_t>(n_out) * hp.n_vocab);
+  MatMul(*output_, 0, hp.n_vocab, h.data(), n_out, logits->data());
+  return absl::OkStatus();
+}
+
+}  // namespace tandem::reference

@@ -1,0 +1,91 @@
+// The fp32 reference forward pass of qwen3moe, qwen3next and qwen35moe: the definition of correct
+// output that every fast path is diffed against. Written for clarity, not speed: weights are
+// decoded row by row from their block format, all arithmetic is fp32, rows of matrix products run
+// in parallel with oneTBB. It reads weights in llama.cpp's GGUF conventions (norms with +1 baked in,
+// ssm_a = -exp(A_log), qwen35moe value heads tiled), whatever file the model came from.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "runtime/format/tensor_info.h"
+#include "runtime/model/model.h"
+#include "runtime/reference/state.h"
+
+namespace tandem::reference {
+
+// Called for every token and layer with the chosen experts and their (renormalised) weights.
+// `row` is the token's index within the Forward call.
+using RoutingHook = std::function<void(int layer, int row, std::span<const int32_t> experts,
+                                       std::span<const float> weights)>;
+
+struct ForwardOptions {
+  // Which positions of the batch get logits: all of them, or only the last.
+  bool all_logits = false;
+  RoutingHook routing_hook;
+};
+
+class ReferenceForward {
+ public:
+  // Resolves every tensor of `model` (which must outlive this object and be materialised).
+  static absl::StatusOr<std::unique_ptr<ReferenceForward>> Create(const model::Model& model);
+
+  const model::HParams& hparams() const { return hp_; }
+
+  // Runs tokens at positions state.n_past .. n_past+T-1, updating `state`. Writes logits
+  // (T x n_vocab, or 1 x n_vocab for the last position) to `logits`.
+  absl::Status Forward(std::span<const int32_t> tokens, SequenceState& state,
+                       const ForwardOptions& options, std::vector<float>* logits) const;
+
+ private:
+  struct Layer {
+    const format::TensorInfo* attn_norm = nullptr;
+    const format::TensorInfo* post_norm = nullptr;  // ffn_norm (qwen3moe) / post_attention_norm
+    // Attention.
+    const format::TensorInfo* wq = nullptr;  // query (and, for gated attention, gate) rows
+    const format::TensorInfo* wk = nullptr;
+    const format::TensorInfo* wv = nullptr;
+    const format::TensorInfo* wo = nullptr;
+    const format::TensorInfo* q_norm = nullptr;
+    const format::TensorInfo* k_norm = nullptr;
+    // DeltaNet.
+    const format::TensorInfo* ssm_qkv = nullptr;    // attn_qkv
+    const format::TensorInfo* ssm_z = nullptr;      // attn_gate
+    const format::TensorInfo* ssm_ba = nullptr;     // qwen3next: grouped [b | a] per key head
+    const format::TensorInfo* ssm_beta = nullptr;   // qwen35moe
+    const format::TensorInfo* ssm_alpha = nullptr;  // qwen35moe
+    const format::TensorInfo* ssm_conv = nullptr;
+    const format::TensorInfo* ssm_dt = nullptr;
+    const format::TensorInfo* ssm_a = nullptr;
+    const format::TensorInfo* ssm_norm = nullptr;
+    const format::TensorInfo* ssm_out = nullptr;
+    // MoE.
+    const format::TensorInfo* router = nullptr;
+    const format::TensorInfo* gate_exps = nullptr;
+    const format::TensorInfo* up_exps = nullptr;
+    const format::TensorInfo* down_exps = nullptr;
+    const format::TensorInfo* shexp_gate_inp = nullptr;
+    const format::TensorInfo* gate_shexp = nullptr;
+    const format::TensorInfo* up_shexp = nullptr;
+    const format::TensorInfo* down_shexp = nullptr;
+  };
+
+  ReferenceForward() = default;
+  void Attention(const Layer& w, LayerState& ls, int n_past, int T, const float* x,
+                 float* out) const;
+  void DeltaNet(const Layer& w, LayerState& ls, int T, const float* x, float* out) const;
+  void Moe(const Layer& w, int il, int T, const float* x, const ForwardOptions& options,
+           float* out) const;
+
+  model::HParams hp_;
+  const format::TensorInfo* token_embd_ = nullptr;
+  const format::TensorInfo* output_norm_ = nullptr;
+  const format::TensorInfo* output_ = nullptr;
+  std::vector<Layer> layers_;
+};
+
+}  // namespace tandem::reference

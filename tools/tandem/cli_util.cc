@@ -1,0 +1,84 @@
+#include "tools/tandem/cli_util.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "runtime/base/progress.h"
+
+namespace tandem::cli {
+
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "tandem: %s\n", std::string(status.message()).c_str());
+  return 1;
+}
+
+void AddEngineFlags(CLI::App* cmd, engine::EngineOptions* options) {
+  cmd->add_option("-m,--model", options->model,
+                  "Model: a .gguf file, a Hugging Face directory (config.json + safetensors), or "
+                  "synth:NAME for a random-weight model of a named shape built in memory")
+      ->required();
+  cmd->add_option("--backend", options->backend,
+                  "Compute backend: auto (best available), reference (fp32 CPU oracle), cpu, cuda")
+      ->capture_default_str();
+  cmd->add_option("--ctx", options->n_ctx,
+                  "Context length in tokens (0: the model's training context, at most 4096)")
+      ->capture_default_str();
+  cmd->add_option("--tokenizer", options->tokenizer,
+                  "A tokenizer.json to use instead of the model's own tokenizer");
+  cmd->add_option("--routing-log", options->routing_log,
+                  "Append every token's expert choices to this file (docs/formats/routing-log.md)");
+}
+
+absl::StatusOr<std::unique_ptr<engine::Engine>> LoadEngine(engine::EngineOptions options) {
+  std::unique_ptr<ProgressBar> bar;
+  options.progress = [&bar](uint64_t done, uint64_t total) {
+    if (!bar) bar = std::make_unique<ProgressBar>("loading", total);
+    bar->Update(done);
+  };
+  auto engine = engine::Engine::Load(options);
+  bar.reset();
+  return engine;
+}
+
+absl::StatusOr<std::vector<int32_t>> ParseTokenList(const std::string& text) {
+  std::vector<int32_t> ids;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    int32_t id;
+    if (!absl::SimpleAtoi(part, &id)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bad token id '", part, "' in --tokens (expected e.g. 1,2,3)"));
+    }
+    ids.push_back(id);
+  }
+  if (ids.empty()) return absl::InvalidArgumentError("--tokens is empty");
+  return ids;
+}
+
+absl::Status WriteFileAtomically(const std::string& path, std::span<const uint8_t> bytes) {
+  const std::string tmp = absl::StrCat(path, ".tmp-", ::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) return absl::NotFoundError(absl::StrCat(path, ": cannot create: ", std::strerror(errno)));
+    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    out.flush();
+    if (!out) {
+      std::remove(tmp.c_str());
+      return absl::InternalError(absl::StrCat(path, ": write failed"));
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return absl::InternalError(absl::StrCat(path, ": rename failed: ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tandem::cli

@@ -1,0 +1,31 @@
+// Small helpers shared by the subcommands: one-line errors, engine flags, atomic file output.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "runtime/engine/engine.h"
+
+namespace tandem::cli {
+
+// Prints "tandem: <message>" on one line to stderr and returns exit code 1.
+int Fail(const absl::Status& status);
+
+// Adds -m/--model, --backend, --ctx, --tokenizer, --routing-log to `cmd`, bound to `options`.
+void AddEngineFlags(CLI::App* cmd, engine::EngineOptions* options);
+
+// Loads the engine with a progress bar on stderr for long loads.
+absl::StatusOr<std::unique_ptr<engine::Engine>> LoadEngine(engine::EngineOptions options);
+
+// "1,2,3" -> {1,2,3}; clear error on anything else.
+absl::StatusOr<std::vector<int32_t>> ParseTokenList(const std::string& text);
+
+// Writes bytes to `path` through a temporary file and a rename, so no half-written file is left.
+absl::Status WriteFileAtomically(const std::string& path, std::span<const uint8_t> bytes);
+
+}  // namespace tandem::cli
