@@ -1,6 +1,7 @@
 // Hyper-parameters of the three supported architectures, read from GGUF metadata (llama.cpp keys)
 // or from a Hugging Face config.json, and written back as llama.cpp keys. Everything downstream
-// (tensor map, reference forward, kernels) takes its shapes from here; nothing else hard-codes them.
+// (tensor map, reference forward, kernels) takes its shapes from here; nothing else hard-codes
+// them.
 #pragma once
 
 #include <array>
@@ -29,24 +30,24 @@ const char* ArchHfName(Arch arch);
 
 struct HParams {
   Arch arch = Arch::kQwen3Moe;
-  int n_layer = 0;        // decoder blocks (MTP blocks excluded)
-  int n_embd = 0;         // hidden size
+  int n_layer = 0;  // decoder blocks (MTP blocks excluded)
+  int n_embd = 0;   // hidden size
   int n_vocab = 0;
-  int n_ctx_train = 0;    // context_length
-  int n_head = 0;         // attention query heads
+  int n_ctx_train = 0;  // context_length
+  int n_head = 0;       // attention query heads
   int n_head_kv = 0;
-  int head_dim = 0;       // attention.key_length (== value_length for these models)
-  int n_rot = 0;          // rotary dims (rope.dimension_count)
+  int head_dim = 0;  // attention.key_length (== value_length for these models)
+  int n_rot = 0;     // rotary dims (rope.dimension_count)
   float rope_theta = 0;
   float rms_eps = 1e-6f;
   std::array<int, 4> rope_sections{};  // qwen35moe MRoPE sections; text-only positions make it NeoX
 
   int n_expert = 0;
   int n_expert_used = 0;
-  int n_ff = 0;           // dense FFN width (intermediate_size); unused by all-MoE models, kept
-                          // so that metadata round-trips (0 = not written)
-  int n_ff_exp = 0;       // routed expert FFN width
-  int n_ff_shexp = 0;     // shared expert FFN width; 0 = no shared expert
+  int n_ff = 0;        // dense FFN width (intermediate_size); unused by all-MoE models, kept
+                       // so that metadata round-trips (0 = not written)
+  int n_ff_exp = 0;    // routed expert FFN width
+  int n_ff_shexp = 0;  // shared expert FFN width; 0 = no shared expert
   bool norm_topk_prob = true;
   float expert_weights_scale = 0;  // 0 or 1 = unused
 
@@ -73,8 +74,9 @@ struct HParams {
 };
 
 // From GGUF metadata written with llama.cpp's keys ("{arch}.block_count", ...). n_vocab comes from
-// the token list when present, else from "{arch}.vocab_size", else from dims[1] of token_embd.weight
-// in `tensors`. A missing required key is an error naming the key. The result is validated.
+// the token list when present, else from "{arch}.vocab_size", else from dims[1] of
+// token_embd.weight in `tensors`. A missing required key is an error naming the key. The result is
+// validated.
 absl::StatusOr<HParams> HParamsFromGguf(const format::Metadata& metadata,
                                         std::span<const format::TensorInfo> tensors = {});
 // From a Hugging Face config.json (text_config nested for qwen3_5_moe). Keys the config omits take

@@ -71,26 +71,29 @@ std::vector<SynthShape> BuildShapes() {
     hp.n_rot = hp.head_dim;
     hp.rope_theta = 1e6f;
     hp.n_ff = 768;
-    shapes.push_back({"tiny-qwen3moe", "qwen3moe, 4 layers, hidden 256, 8 experts top-2", hp, tiny_mix});
+    shapes.push_back(
+        {"tiny-qwen3moe", "qwen3moe, 4 layers, hidden 256, 8 experts top-2", hp, tiny_mix});
   }
   {
     HParams hp = TinyCommon(Arch::kQwen3Next);
     TinyHybrid(&hp);
     hp.full_attention_interval = 2;  // layers 1 and 3 attend
     hp.n_ff = 512;
-    shapes.push_back({"tiny-qwen3next",
-                      "qwen3next, 4 layers (attention every 2nd), hidden 256, 8 experts top-2 + shared",
-                      hp, tiny_mix});
+    shapes.push_back(
+        {"tiny-qwen3next",
+         "qwen3next, 4 layers (attention every 2nd), hidden 256, 8 experts top-2 + shared", hp,
+         tiny_mix});
   }
   {
     HParams hp = TinyCommon(Arch::kQwen35Moe);
     TinyHybrid(&hp);
     hp.rope_sections = {3, 3, 2, 0};  // 8 rotary pairs, as [11, 11, 10] for 32
     hp.nextn_predict_layers = 1;
-    shapes.push_back({"tiny-qwen35moe",
-                      "qwen35moe, 4 layers (attention every 4th) + 1 MTP block, hidden 256, 8 experts top-2 "
-                      "+ shared",
-                      hp, tiny_mix});
+    shapes.push_back(
+        {"tiny-qwen35moe",
+         "qwen35moe, 4 layers (attention every 4th) + 1 MTP block, hidden 256, 8 experts top-2 "
+         "+ shared",
+         hp, tiny_mix});
   }
   {
     HParams hp = TinyCommon(Arch::kQwen3Next);
@@ -101,10 +104,11 @@ std::vector<SynthShape> BuildShapes() {
     hp.n_ff_exp = 64;
     hp.n_ff_shexp = 64;
     hp.n_ff = 512;
-    shapes.push_back({"tiny-flash-next",
-                      "flash-next in miniature: qwen3next, 8 layers (attention every 4th), hidden 256, 16 "
-                      "experts top-4 + shared",
-                      hp, tiny_mix});
+    shapes.push_back(
+        {"tiny-flash-next",
+         "flash-next in miniature: qwen3next, 8 layers (attention every 4th), hidden 256, 16 "
+         "experts top-4 + shared",
+         hp, tiny_mix});
   }
 
   QuantMix big_mix;
@@ -130,7 +134,8 @@ std::vector<SynthShape> BuildShapes() {
     hp.n_expert = 128;
     hp.n_expert_used = 8;
     hp.n_ff_exp = 768;
-    shapes.push_back({"qwen3-30b-a3b", "Qwen3-30B-A3B: qwen3moe, 48 layers, 128 experts top-8", hp, big_mix});
+    shapes.push_back(
+        {"qwen3-30b-a3b", "Qwen3-30B-A3B: qwen3moe, 48 layers, 128 experts top-8", hp, big_mix});
   }
   auto next_like = [](HParams* hp) {  // model-math §3.1 defaults shared by the hybrid shapes
     hp->n_layer = 48;
@@ -158,9 +163,10 @@ std::vector<SynthShape> BuildShapes() {
     hp.n_expert_used = 10;
     hp.n_ff_exp = 512;
     hp.n_ff_shexp = 512;
-    shapes.push_back({"qwen3next-80b-a3b",
-                      "Qwen3-Next-80B-A3B: qwen3next, 48 layers (12 attention, 36 DeltaNet), 512 experts top-10",
-                      hp, big_mix});
+    shapes.push_back(
+        {"qwen3next-80b-a3b",
+         "Qwen3-Next-80B-A3B: qwen3next, 48 layers (12 attention, 36 DeltaNet), 512 experts top-10",
+         hp, big_mix});
   }
   {
     HParams hp;  // model-math §4.2, 35B column
@@ -175,7 +181,8 @@ std::vector<SynthShape> BuildShapes() {
     hp.rope_sections = {11, 11, 10, 0};
     hp.nextn_predict_layers = 1;
     shapes.push_back({"qwen35-35b-a3b",
-                      "Qwen3.5-35B-A3B: qwen35moe, 40 layers (10 attention, 30 DeltaNet) + MTP, 256 experts top-8",
+                      "Qwen3.5-35B-A3B: qwen35moe, 40 layers (10 attention, 30 DeltaNet) + MTP, "
+                      "256 experts top-8",
                       hp, big_mix});
   }
   {
@@ -190,10 +197,11 @@ std::vector<SynthShape> BuildShapes() {
     hp.n_ff_shexp = 768;
     QuantMix mix = big_mix;
     mix.experts = GgmlType::kQ3_K;
-    shapes.push_back({"flash-next-125b",
-                      "Flash-Next 125B: qwen3next, 48 layers (12 attention, 36 DeltaNet), 512 experts top-10, "
-                      "expert FFN 768",
-                      hp, mix});
+    shapes.push_back(
+        {"flash-next-125b",
+         "Flash-Next 125B: qwen3next, 48 layers (12 attention, 36 DeltaNet), 512 experts top-10, "
+         "expert FFN 768",
+         hp, mix});
   }
   return shapes;
 }
@@ -201,23 +209,40 @@ std::vector<SynthShape> BuildShapes() {
 // llama_ftype for general.file_type, by the routed experts' type (the bulk of the bytes).
 uint32_t FileTypeFor(GgmlType experts) {
   switch (experts) {
-    case GgmlType::kF32: return 0;
-    case GgmlType::kF16: return 1;
-    case GgmlType::kQ4_0: return 2;
-    case GgmlType::kQ4_1: return 3;
-    case GgmlType::kQ8_0: return 7;
-    case GgmlType::kQ5_0: return 8;
-    case GgmlType::kQ5_1: return 9;
-    case GgmlType::kQ2_K: return 10;
-    case GgmlType::kQ3_K: return 12;  // Q3_K_M
-    case GgmlType::kQ4_K: return 15;  // Q4_K_M
-    case GgmlType::kQ5_K: return 17;  // Q5_K_M
-    case GgmlType::kQ6_K: return 18;
-    case GgmlType::kIQ4_NL: return 25;
-    case GgmlType::kIQ4_XS: return 30;
-    case GgmlType::kBF16: return 32;
-    case GgmlType::kMXFP4: return 38;  // MXFP4_MOE
-    default: return 0;
+    case GgmlType::kF32:
+      return 0;
+    case GgmlType::kF16:
+      return 1;
+    case GgmlType::kQ4_0:
+      return 2;
+    case GgmlType::kQ4_1:
+      return 3;
+    case GgmlType::kQ8_0:
+      return 7;
+    case GgmlType::kQ5_0:
+      return 8;
+    case GgmlType::kQ5_1:
+      return 9;
+    case GgmlType::kQ2_K:
+      return 10;
+    case GgmlType::kQ3_K:
+      return 12;  // Q3_K_M
+    case GgmlType::kQ4_K:
+      return 15;  // Q4_K_M
+    case GgmlType::kQ5_K:
+      return 17;  // Q5_K_M
+    case GgmlType::kQ6_K:
+      return 18;
+    case GgmlType::kIQ4_NL:
+      return 25;
+    case GgmlType::kIQ4_XS:
+      return 30;
+    case GgmlType::kBF16:
+      return 32;
+    case GgmlType::kMXFP4:
+      return 38;  // MXFP4_MOE
+    default:
+      return 0;
   }
 }
 
@@ -252,7 +277,8 @@ class Rng {
   // which suits random weights; one 64-bit draw per value).
   float Normal() {
     const uint64_t r = Next();
-    const float sum = static_cast<float>((r & 0xFFFF) + ((r >> 16) & 0xFFFF) + ((r >> 32) & 0xFFFF) + (r >> 48));
+    const float sum =
+        static_cast<float>((r & 0xFFFF) + ((r >> 16) & 0xFFFF) + ((r >> 32) & 0xFFFF) + (r >> 48));
     constexpr float kMean = 4 * 32767.5f;
     constexpr float kScale = 1.7320508f / 65536.0f;  // sqrt(3) / 65536: var of 4 U(0,1) is 1/3
     return (sum - kMean) * kScale;
@@ -272,13 +298,13 @@ struct Init {
 Init InitFor(const TensorSpec& spec, const HParams& hp) {
   const std::string& n = spec.name;
   const float inv_sqrt_embd = 1.0f / std::sqrt(static_cast<float>(hp.n_embd));
-  if (n.ends_with("norm.weight")) return {false, 1.0f, 0.1f};   // gains near 1 (GGUF holds 1 + w)
-  if (n.ends_with(".ssm_a")) return {true, -16.0f, -1.0f};      // -exp(A_log), A_log = log U(1, 16)
+  if (n.ends_with("norm.weight")) return {false, 1.0f, 0.1f};  // gains near 1 (GGUF holds 1 + w)
+  if (n.ends_with(".ssm_a")) return {true, -16.0f, -1.0f};     // -exp(A_log), A_log = log U(1, 16)
   if (n.ends_with("ssm_dt.bias")) return {true, 0.5f, 1.5f};
   if (n.ends_with("ssm_conv1d.weight")) {
     return {false, 0.0f, 1.0f / std::sqrt(static_cast<float>(spec.dims[0]))};  // N(0, 1/kernel)
   }
-  if (spec.role == TensorRole::kEmbedding) return {false, 0.0f, 1.0f};        // rows of RMS 1
+  if (spec.role == TensorRole::kEmbedding) return {false, 0.0f, 1.0f};  // rows of RMS 1
   if (spec.role == TensorRole::kOutput) return {false, 0.0f, 2.0f * inv_sqrt_embd};  // logit std ~2
   if (n.ends_with("ffn_gate_inp.weight")) {
     // Router logits with std 1.5: probabilities clearly uneven but far from one-hot.
@@ -307,8 +333,9 @@ absl::StatusOr<GgmlType> ParseCodecType(std::string_view name) {
     for (const quant::TypeInfo& info : quant::kTypeInfos) {
       if (info.has_codec) names.push_back(info.name);
     }
-    return absl::InvalidArgumentError(absl::StrCat("quant type ", TypeName(type), " has no codec (types with a codec: ",
-                                                   absl::StrJoin(names, ", "), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("quant type ", TypeName(type),
+                     " has no codec (types with a codec: ", absl::StrJoin(names, ", "), ")"));
   }
   return type;
 }
@@ -321,13 +348,20 @@ constexpr std::pair<const char*, QuantCategory> kMixCategories[] = {
 
 GgmlType* MixField(QuantMix* mix, QuantCategory category) {
   switch (category) {
-    case QuantCategory::kExperts: return &mix->experts;
-    case QuantCategory::kSharedExpert: return &mix->shexp;
-    case QuantCategory::kDense: return &mix->dense;
-    case QuantCategory::kRouter: return &mix->router;
-    case QuantCategory::kEmbed: return &mix->embed;
-    case QuantCategory::kOutput: return &mix->output;
-    case QuantCategory::kF32: return nullptr;
+    case QuantCategory::kExperts:
+      return &mix->experts;
+    case QuantCategory::kSharedExpert:
+      return &mix->shexp;
+    case QuantCategory::kDense:
+      return &mix->dense;
+    case QuantCategory::kRouter:
+      return &mix->router;
+    case QuantCategory::kEmbed:
+      return &mix->embed;
+    case QuantCategory::kOutput:
+      return &mix->output;
+    case QuantCategory::kF32:
+      return nullptr;
   }
   return nullptr;
 }
@@ -341,7 +375,8 @@ class SynthModel : public Model {
     tensors_ = plan.tensors;
     IndexTensors();
   }
-  absl::Status Materialize(const SynthPlan& plan, uint64_t randomize_threshold, const ProgressFn& progress) {
+  absl::Status Materialize(const SynthPlan& plan, uint64_t randomize_threshold,
+                           const ProgressFn& progress) {
     buffers_.resize(tensors_.size());
     std::atomic<uint64_t> done{0};
     std::mutex progress_mu;
@@ -353,10 +388,11 @@ class SynthModel : public Model {
       }
     };
     for (size_t i = 0; i < tensors_.size(); ++i) {
-      buffers_[i] = std::make_unique_for_overwrite<uint8_t[]>(std::max<uint64_t>(tensors_[i].nbytes, 1));
-      TANDEM_RETURN_IF_ERROR(GenerateSynthTensor(plan, i, randomize_threshold,
-                                                 std::span<uint8_t>(buffers_[i].get(), tensors_[i].nbytes),
-                                                 on_bytes));
+      buffers_[i] =
+          std::make_unique_for_overwrite<uint8_t[]>(std::max<uint64_t>(tensors_[i].nbytes, 1));
+      TANDEM_RETURN_IF_ERROR(
+          GenerateSynthTensor(plan, i, randomize_threshold,
+                              std::span<uint8_t>(buffers_[i].get(), tensors_[i].nbytes), on_bytes));
       tensors_[i].data = buffers_[i].get();
     }
     return absl::OkStatus();
@@ -393,8 +429,8 @@ absl::Status ApplyQuantMix(std::string_view text_view, QuantMix* mix) {
   for (const std::string& part : parts) {
     const size_t eq = part.find('=');
     if (eq == std::string_view::npos || eq == 0 || eq + 1 == part.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("quant mix \"", text, "\": \"", part,
-                                                     "\" is not CATEGORY=TYPE (e.g. experts=q4_k)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "quant mix \"", text, "\": \"", part, "\" is not CATEGORY=TYPE (e.g. experts=q4_k)"));
     }
     const std::string key = part.substr(0, eq), value = part.substr(eq + 1);
     const QuantCategory* category = nullptr;
@@ -403,14 +439,17 @@ absl::Status ApplyQuantMix(std::string_view text_view, QuantMix* mix) {
     }
     if (category == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("quant mix: unknown category \"", key,
-                                                     "\" (categories: ", absl::StrJoin(names, ", "), ")"));
+                                                     "\" (categories: ", absl::StrJoin(names, ", "),
+                                                     ")"));
     }
     if (std::find(seen.begin(), seen.end(), *category) != seen.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("quant mix: category \"", key, "\" given twice"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("quant mix: category \"", key, "\" given twice"));
     }
     seen.push_back(*category);
     absl::StatusOr<GgmlType> type = ParseCodecType(value);
-    if (!type.ok()) return absl::InvalidArgumentError(absl::StrCat("quant mix: ", type.status().message()));
+    if (!type.ok())
+      return absl::InvalidArgumentError(absl::StrCat("quant mix: ", type.status().message()));
     *MixField(mix, *category) = *type;
   }
   return absl::OkStatus();
@@ -436,8 +475,8 @@ absl::StatusOr<const SynthShape*> FindSynthShape(std::string_view name_view) {
     if (shape.name == name) return &shape;
     names.push_back(shape.name);
   }
-  return absl::NotFoundError(
-      absl::StrCat("unknown synth shape \"", name, "\" (shapes: ", absl::StrJoin(names, ", "), ")"));
+  return absl::NotFoundError(absl::StrCat("unknown synth shape \"", name,
+                                          "\" (shapes: ", absl::StrJoin(names, ", "), ")"));
 }
 
 absl::Status ParseSynthSpec(std::string_view spec_view, std::string* shape, SynthOptions* options) {
@@ -447,18 +486,21 @@ absl::Status ParseSynthSpec(std::string_view spec_view, std::string* shape, Synt
   if (shape->empty()) return absl::InvalidArgumentError("synth: missing shape name (synth:NAME)");
   if (q == std::string_view::npos) return absl::OkStatus();
   std::vector<std::string> mix_parts;
-  const std::vector<std::string> params = absl::StrSplit(spec.substr(q + 1), '&', absl::SkipEmpty());
+  const std::vector<std::string> params =
+      absl::StrSplit(spec.substr(q + 1), '&', absl::SkipEmpty());
   for (const std::string& param : params) {
     const size_t eq = param.find('=');
     if (eq == std::string_view::npos) {
-      return absl::InvalidArgumentError(absl::StrCat("synth spec \"", spec, "\": \"", param, "\" is not KEY=VALUE"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("synth spec \"", spec, "\": \"", param, "\" is not KEY=VALUE"));
     }
     const std::string key = param.substr(0, eq), value = param.substr(eq + 1);
     if (key == "seed") {
       uint64_t seed = 0;
       auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), seed);
       if (ec != std::errc() || ptr != value.data() + value.size() || value.empty()) {
-        return absl::InvalidArgumentError(absl::StrCat("synth spec: seed \"", value, "\" is not an unsigned integer"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("synth spec: seed \"", value, "\" is not an unsigned integer"));
       }
       options->seed = seed;
     } else if (key == "quant") {
@@ -467,9 +509,9 @@ absl::Status ParseSynthSpec(std::string_view spec_view, std::string* shape, Synt
       bool is_category = false;
       for (const auto& entry : kMixCategories) is_category |= key == entry.first;
       if (!is_category) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "synth spec: unknown key \"", key,
-            "\" (keys: seed, quant, experts, shexp, dense, router, embed, output)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("synth spec: unknown key \"", key,
+                         "\" (keys: seed, quant, experts, shexp, dense, router, embed, output)"));
       }
       mix_parts.emplace_back(param);
     }
@@ -483,7 +525,8 @@ absl::Status ParseSynthSpec(std::string_view spec_view, std::string* shape, Synt
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<SynthPlan>> PlanSynth(std::string_view shape_name, const SynthOptions& options) {
+absl::StatusOr<std::unique_ptr<SynthPlan>> PlanSynth(std::string_view shape_name,
+                                                     const SynthOptions& options) {
   TANDEM_ASSIGN_OR_RETURN(const SynthShape* shape, FindSynthShape(shape_name));
   auto plan = std::make_unique<SynthPlan>();
   plan->shape = shape;
@@ -496,13 +539,14 @@ absl::StatusOr<std::unique_ptr<SynthPlan>> PlanSynth(std::string_view shape_name
 
   plan->tensors.reserve(plan->map.tensors().size());
   for (const TensorSpec& spec : plan->map.tensors()) {
-    const GgmlType type = spec.category == QuantCategory::kF32 ? GgmlType::kF32 : plan->mix.TypeFor(spec.category);
+    const GgmlType type =
+        spec.category == QuantCategory::kF32 ? GgmlType::kF32 : plan->mix.TypeFor(spec.category);
     const quant::TypeInfo& info = quant::GetTypeInfo(type);
     if (spec.dims[0] % info.block_elems != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "synth ", shape->name, ": ", spec.name, " cannot be ", info.name, ": its ne[0] = ", spec.dims[0],
-          " is not a multiple of the ", info.name, " block size ", info.block_elems, " (quant category ",
-          QuantCategoryName(spec.category), ")"));
+          "synth ", shape->name, ": ", spec.name, " cannot be ", info.name,
+          ": its ne[0] = ", spec.dims[0], " is not a multiple of the ", info.name, " block size ",
+          info.block_elems, " (quant category ", QuantCategoryName(spec.category), ")"));
     }
     format::TensorInfo t;
     t.name = spec.name;
@@ -526,59 +570,67 @@ absl::StatusOr<std::unique_ptr<SynthPlan>> PlanSynth(std::string_view shape_name
 }
 
 absl::Status GenerateSynthTensor(const SynthPlan& plan, size_t index, uint64_t randomize_threshold,
-                                 std::span<uint8_t> out, const std::function<void(uint64_t)>& progress_bytes) {
-  if (index >= plan.tensors.size()) return absl::OutOfRangeError("synth: tensor index out of range");
+                                 std::span<uint8_t> out,
+                                 const std::function<void(uint64_t)>& progress_bytes) {
+  if (index >= plan.tensors.size())
+    return absl::OutOfRangeError("synth: tensor index out of range");
   const format::TensorInfo& t = plan.tensors[index];
   const TensorSpec& spec = plan.map.tensors()[index];
   if (out.size() != t.nbytes) {
-    return absl::InvalidArgumentError(absl::StrCat("synth: ", t.name, " needs ", t.nbytes, " bytes, got ", out.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("synth: ", t.name, " needs ", t.nbytes, " bytes, got ", out.size()));
   }
   const Init init = InitFor(spec, plan.hparams);
   const int64_t ne0 = t.dims[0];
   const int64_t rows = t.rows();
   const uint64_t row_bytes = static_cast<uint64_t>(t.row_bytes());
-  const int64_t chunk_rows = std::max<int64_t>(1, static_cast<int64_t>(kChunkBytes / std::max<uint64_t>(row_bytes, 1)));
+  const int64_t chunk_rows =
+      std::max<int64_t>(1, static_cast<int64_t>(kChunkBytes / std::max<uint64_t>(row_bytes, 1)));
   const int64_t n_chunks = (rows + chunk_rows - 1) / chunk_rows;
   // Big block-quantised tensors get valid random blocks at the target RMS instead of an exact
   // quantisation of Gaussian floats: same statistics for a matmul, memory-speed generation.
   const bool randomize = t.nbytes > randomize_threshold && !init.uniform && init.a == 0.0f;
   const int64_t block_elems = quant::GetTypeInfo(t.type).block_elems;
 
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n_chunks, 1), [&](const tbb::blocked_range<int64_t>& range) {
-    std::vector<float> values;
-    for (int64_t c = range.begin(); c != range.end(); ++c) {
-      const int64_t r0 = c * chunk_rows;
-      const int64_t r1 = std::min(rows, r0 + chunk_rows);
-      const uint64_t seed = ChunkSeed(plan.seed, index, c);
-      uint8_t* dst = out.data() + static_cast<uint64_t>(r0) * row_bytes;
-      const uint64_t bytes = static_cast<uint64_t>(r1 - r0) * row_bytes;
-      if (randomize) {
-        quant::RandomizeBlocks(t.type, seed, init.b, dst, (r1 - r0) * (ne0 / block_elems));
-      } else {
-        Rng rng(seed);
-        values.resize(static_cast<size_t>(ne0));
-        for (int64_t r = r0; r < r1; ++r) {
-          FillValues(init, rng, values.data(), ne0);
-          quant::QuantizeRow(t.type, values.data(), out.data() + static_cast<uint64_t>(r) * row_bytes, ne0);
+  tbb::parallel_for(
+      tbb::blocked_range<int64_t>(0, n_chunks, 1), [&](const tbb::blocked_range<int64_t>& range) {
+        std::vector<float> values;
+        for (int64_t c = range.begin(); c != range.end(); ++c) {
+          const int64_t r0 = c * chunk_rows;
+          const int64_t r1 = std::min(rows, r0 + chunk_rows);
+          const uint64_t seed = ChunkSeed(plan.seed, index, c);
+          uint8_t* dst = out.data() + static_cast<uint64_t>(r0) * row_bytes;
+          const uint64_t bytes = static_cast<uint64_t>(r1 - r0) * row_bytes;
+          if (randomize) {
+            quant::RandomizeBlocks(t.type, seed, init.b, dst, (r1 - r0) * (ne0 / block_elems));
+          } else {
+            Rng rng(seed);
+            values.resize(static_cast<size_t>(ne0));
+            for (int64_t r = r0; r < r1; ++r) {
+              FillValues(init, rng, values.data(), ne0);
+              quant::QuantizeRow(t.type, values.data(),
+                                 out.data() + static_cast<uint64_t>(r) * row_bytes, ne0);
+            }
+          }
+          if (progress_bytes) progress_bytes(bytes);
         }
-      }
-      if (progress_bytes) progress_bytes(bytes);
-    }
-  });
+      });
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<Model>> Synthesize(std::string_view shape_name, const SynthOptions& options,
-                                                  bool materialize) {
+absl::StatusOr<std::unique_ptr<Model>> Synthesize(std::string_view shape_name,
+                                                  const SynthOptions& options, bool materialize) {
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<SynthPlan> plan, PlanSynth(shape_name, options));
   auto model = std::make_unique<SynthModel>(*plan, SourceName(*plan, options));
   if (materialize) {
-    TANDEM_RETURN_IF_ERROR(model->Materialize(*plan, options.randomize_threshold, options.progress));
+    TANDEM_RETURN_IF_ERROR(
+        model->Materialize(*plan, options.randomize_threshold, options.progress));
   }
   return std::unique_ptr<Model>(std::move(model));
 }
 
-absl::Status WriteSynthGguf(std::string_view shape_name, const SynthOptions& options, const std::string& path) {
+absl::Status WriteSynthGguf(std::string_view shape_name, const SynthOptions& options,
+                            const std::string& path) {
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<SynthPlan> plan, PlanSynth(shape_name, options));
   std::atomic<uint64_t> done{0};
   std::mutex progress_mu;

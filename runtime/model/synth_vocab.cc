@@ -18,7 +18,8 @@ constexpr int kMaxMerges = 400;
 
 // Written for this project: a little English prose and a little code, so that common words,
 // spaces+words, indentation and punctuation runs all get merges.
-constexpr char kTrainingText[] = R"TXT(The quick brown fox jumps over the lazy dog. The dog did not mind; it was asleep in the sun.
+constexpr char kTrainingText[] =
+    R"TXT(The quick brown fox jumps over the lazy dog. The dog did not mind; it was asleep in the sun.
 A model is only as good as the data it reads, and the tests that check what it writes.
 When the weights do not fit on the card, the experts that are used the least stay in host memory,
 and the processor computes them while the graphics card works on the rest of the layer.
@@ -122,11 +123,13 @@ bool IsDigit(unsigned char c) { return c >= '0' && c <= '9'; }
 bool IsSpace(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 bool IsNewline(unsigned char c) { return c == '\n' || c == '\r'; }
 
-// Splits ASCII-ish text roughly as the qwen2 pre-tokenizer does (model-math's companion spec §4.4).
+// Splits ASCII-ish text roughly as the qwen2 pre-tokenizer does (gguf-and-quants spec §4.4).
 std::vector<std::string> SplitPieces(std::string_view text) {
   std::vector<std::string> pieces;
   const size_t n = text.size();
-  auto at = [&](size_t i) -> unsigned char { return i < n ? static_cast<unsigned char>(text[i]) : 0; };
+  auto at = [&](size_t i) -> unsigned char {
+    return i < n ? static_cast<unsigned char>(text[i]) : 0;
+  };
   size_t i = 0;
   while (i < n) {
     const unsigned char c = at(i);
@@ -209,10 +212,12 @@ void AppendUtf8(char32_t cp, std::string* out) {
 std::vector<uint8_t> BytesInTokenOrder() {
   std::vector<uint8_t> order;
   for (int b = 0; b < 256; ++b) {
-    if (ByteToUnicode(static_cast<uint8_t>(b)) == static_cast<char32_t>(b)) order.push_back(static_cast<uint8_t>(b));
+    if (ByteToUnicode(static_cast<uint8_t>(b)) == static_cast<char32_t>(b))
+      order.push_back(static_cast<uint8_t>(b));
   }
   for (int b = 0; b < 256; ++b) {
-    if (ByteToUnicode(static_cast<uint8_t>(b)) != static_cast<char32_t>(b)) order.push_back(static_cast<uint8_t>(b));
+    if (ByteToUnicode(static_cast<uint8_t>(b)) != static_cast<char32_t>(b))
+      order.push_back(static_cast<uint8_t>(b));
   }
   return order;
 }
@@ -283,8 +288,10 @@ SynthVocab BuildBaseVocab() {
 }  // namespace
 
 const char kSynthChatTemplate[] =
-    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
-    "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] "
+    "+ "
+    "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' "
+    "}}"
     "{% endif %}";
 
 char32_t ByteToUnicode(uint8_t b) {

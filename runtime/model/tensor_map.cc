@@ -12,28 +12,44 @@ namespace tandem::model {
 
 const char* TensorRoleName(TensorRole role) {
   switch (role) {
-    case TensorRole::kEmbedding: return "embedding";
-    case TensorRole::kOutput: return "output";
-    case TensorRole::kNorm: return "norm";
-    case TensorRole::kAttention: return "attention";
-    case TensorRole::kSsm: return "ssm";
-    case TensorRole::kRouter: return "router";
-    case TensorRole::kRoutedExperts: return "routed_experts";
-    case TensorRole::kSharedExpert: return "shared_expert";
-    case TensorRole::kMtp: return "mtp";
+    case TensorRole::kEmbedding:
+      return "embedding";
+    case TensorRole::kOutput:
+      return "output";
+    case TensorRole::kNorm:
+      return "norm";
+    case TensorRole::kAttention:
+      return "attention";
+    case TensorRole::kSsm:
+      return "ssm";
+    case TensorRole::kRouter:
+      return "router";
+    case TensorRole::kRoutedExperts:
+      return "routed_experts";
+    case TensorRole::kSharedExpert:
+      return "shared_expert";
+    case TensorRole::kMtp:
+      return "mtp";
   }
   return "unknown";
 }
 
 const char* QuantCategoryName(QuantCategory category) {
   switch (category) {
-    case QuantCategory::kExperts: return "experts";
-    case QuantCategory::kSharedExpert: return "shexp";
-    case QuantCategory::kDense: return "dense";
-    case QuantCategory::kRouter: return "router";
-    case QuantCategory::kEmbed: return "embed";
-    case QuantCategory::kOutput: return "output";
-    case QuantCategory::kF32: return "f32";
+    case QuantCategory::kExperts:
+      return "experts";
+    case QuantCategory::kSharedExpert:
+      return "shexp";
+    case QuantCategory::kDense:
+      return "dense";
+    case QuantCategory::kRouter:
+      return "router";
+    case QuantCategory::kEmbed:
+      return "embed";
+    case QuantCategory::kOutput:
+      return "output";
+    case QuantCategory::kF32:
+      return "f32";
   }
   return "unknown";
 }
@@ -103,22 +119,23 @@ void TensorMap::AddBlock(int il, bool mtp) {
   const uint32_t norm_bits = hybrid ? kHfAddOne : 0;
   const std::string blk = absl::StrCat("blk.", il, ".");
   const std::string p = hp.arch == Arch::kQwen35Moe ? "model.language_model." : "model.";
-  const std::string hf = mtp ? absl::StrCat("mtp.layers.", il - hp.n_layer, ".")
-                             : absl::StrCat(p, "layers.", il, ".");
+  const std::string hf =
+      mtp ? absl::StrCat("mtp.layers.", il - hp.n_layer, ".") : absl::StrCat(p, "layers.", il, ".");
   const bool recurrent = !mtp && hp.IsRecurrentLayer(il);
 
   // Role and requiredness of everything in an MTP block are overridden here.
-  auto add = [&](std::string suffix, std::vector<int64_t> dims, TensorRole role, QuantCategory category,
-                 std::vector<std::string> hf_names, uint32_t bits = 0) {
-    TensorSpec spec{.name = blk + suffix,
-                    .dims = std::move(dims),
-                    .layer = il,
-                    .role = mtp ? TensorRole::kMtp : role,
-                    .category = category,
-                    .type_rule = category == QuantCategory::kF32 ? TypeRule::kF32Only : TypeRule::kAnyCodec,
-                    .required = !mtp,
-                    .hf_names = std::move(hf_names),
-                    .hf_transforms = bits};
+  auto add = [&](std::string suffix, std::vector<int64_t> dims, TensorRole role,
+                 QuantCategory category, std::vector<std::string> hf_names, uint32_t bits = 0) {
+    TensorSpec spec{
+        .name = blk + suffix,
+        .dims = std::move(dims),
+        .layer = il,
+        .role = mtp ? TensorRole::kMtp : role,
+        .category = category,
+        .type_rule = category == QuantCategory::kF32 ? TypeRule::kF32Only : TypeRule::kAnyCodec,
+        .required = !mtp,
+        .hf_names = std::move(hf_names),
+        .hf_transforms = bits};
     Add(std::move(spec));
   };
   using QC = QuantCategory;
@@ -126,9 +143,12 @@ void TensorMap::AddBlock(int il, bool mtp) {
 
   if (mtp) {
     add("nextn.eh_proj.weight", {2 * n_embd, n_embd}, R::kMtp, QC::kDense, {"mtp.fc.weight"});
-    add("nextn.enorm.weight", {n_embd}, R::kMtp, QC::kF32, {"mtp.pre_fc_norm_embedding.weight"}, norm_bits);
-    add("nextn.hnorm.weight", {n_embd}, R::kMtp, QC::kF32, {"mtp.pre_fc_norm_hidden.weight"}, norm_bits);
-    add("nextn.shared_head_norm.weight", {n_embd}, R::kMtp, QC::kF32, {"mtp.norm.weight"}, norm_bits);
+    add("nextn.enorm.weight", {n_embd}, R::kMtp, QC::kF32, {"mtp.pre_fc_norm_embedding.weight"},
+        norm_bits);
+    add("nextn.hnorm.weight", {n_embd}, R::kMtp, QC::kF32, {"mtp.pre_fc_norm_hidden.weight"},
+        norm_bits);
+    add("nextn.shared_head_norm.weight", {n_embd}, R::kMtp, QC::kF32, {"mtp.norm.weight"},
+        norm_bits);
   }
 
   add("attn_norm.weight", {n_embd}, R::kNorm, QC::kF32, {hf + "input_layernorm.weight"}, norm_bits);
@@ -138,18 +158,24 @@ void TensorMap::AddBlock(int il, bool mtp) {
     const int64_t dt_rank = hp.ssm_dt_rank;
     const std::string la = hf + "linear_attn.";
     if (hp.arch == Arch::kQwen3Next) {
-      add("attn_qkv.weight", {n_embd, conv_dim}, R::kSsm, QC::kDense, {la + "in_proj_qkvz.weight"}, kHfQkvOfQkvz);
-      add("attn_gate.weight", {n_embd, d_inner}, R::kSsm, QC::kDense, {la + "in_proj_qkvz.weight"}, kHfZOfQkvz);
+      add("attn_qkv.weight", {n_embd, conv_dim}, R::kSsm, QC::kDense, {la + "in_proj_qkvz.weight"},
+          kHfQkvOfQkvz);
+      add("attn_gate.weight", {n_embd, d_inner}, R::kSsm, QC::kDense, {la + "in_proj_qkvz.weight"},
+          kHfZOfQkvz);
       add("ssm_ba.weight", {n_embd, 2 * dt_rank}, R::kSsm, QC::kDense, {la + "in_proj_ba.weight"});
     } else {
-      add("attn_qkv.weight", {n_embd, conv_dim}, R::kSsm, QC::kDense, {la + "in_proj_qkv.weight"}, kHfVHeadsTiled);
-      add("attn_gate.weight", {n_embd, d_inner}, R::kSsm, QC::kDense, {la + "in_proj_z.weight"}, kHfVHeadsTiled);
-      add("ssm_beta.weight", {n_embd, dt_rank}, R::kSsm, QC::kDense, {la + "in_proj_b.weight"}, kHfVHeadsTiled);
-      add("ssm_alpha.weight", {n_embd, dt_rank}, R::kSsm, QC::kDense, {la + "in_proj_a.weight"}, kHfVHeadsTiled);
+      add("attn_qkv.weight", {n_embd, conv_dim}, R::kSsm, QC::kDense, {la + "in_proj_qkv.weight"},
+          kHfVHeadsTiled);
+      add("attn_gate.weight", {n_embd, d_inner}, R::kSsm, QC::kDense, {la + "in_proj_z.weight"},
+          kHfVHeadsTiled);
+      add("ssm_beta.weight", {n_embd, dt_rank}, R::kSsm, QC::kDense, {la + "in_proj_b.weight"},
+          kHfVHeadsTiled);
+      add("ssm_alpha.weight", {n_embd, dt_rank}, R::kSsm, QC::kDense, {la + "in_proj_a.weight"},
+          kHfVHeadsTiled);
     }
     const uint32_t tiled = hp.arch == Arch::kQwen35Moe ? kHfVHeadsTiled : 0;
-    add("ssm_conv1d.weight", {hp.ssm_conv_kernel, conv_dim}, R::kSsm, QC::kF32, {la + "conv1d.weight"},
-        kHfSqueezeConv | tiled);
+    add("ssm_conv1d.weight", {hp.ssm_conv_kernel, conv_dim}, R::kSsm, QC::kF32,
+        {la + "conv1d.weight"}, kHfSqueezeConv | tiled);
     add("ssm_dt.bias", {dt_rank}, R::kSsm, QC::kF32, {la + "dt_bias"}, tiled);
     add("ssm_a", {dt_rank}, R::kSsm, QC::kF32, {la + "A_log"}, kHfNegExp | tiled);
     add("ssm_norm.weight", {hp.ssm_d_state}, R::kNorm, QC::kF32, {la + "norm.weight"});
@@ -159,7 +185,8 @@ void TensorMap::AddBlock(int il, bool mtp) {
     const int64_t kv_dim = static_cast<int64_t>(hp.n_head_kv) * hp.head_dim;
     const std::string sa = hf + "self_attn.";
     // Hybrid models project query and output gate together: per head [query | gate].
-    add("attn_q.weight", {n_embd, hybrid ? 2 * q_dim : q_dim}, R::kAttention, QC::kDense, {sa + "q_proj.weight"});
+    add("attn_q.weight", {n_embd, hybrid ? 2 * q_dim : q_dim}, R::kAttention, QC::kDense,
+        {sa + "q_proj.weight"});
     add("attn_k.weight", {n_embd, kv_dim}, R::kAttention, QC::kDense, {sa + "k_proj.weight"});
     add("attn_v.weight", {n_embd, kv_dim}, R::kAttention, QC::kDense, {sa + "v_proj.weight"});
     add("attn_output.weight", {q_dim, n_embd}, R::kAttention, QC::kDense, {sa + "o_proj.weight"});
@@ -178,7 +205,8 @@ void TensorMap::AddBlock(int il, bool mtp) {
   add("ffn_down_exps.weight", {hp.n_ff_exp, n_embd, hp.n_expert}, R::kRoutedExperts, QC::kExperts,
       {mlp + "experts.{e}.down_proj.weight", mlp + "experts.down_proj"}, kHfStackExperts);
   if (hp.n_ff_shexp > 0) {
-    add("ffn_gate_inp_shexp.weight", {n_embd}, R::kSharedExpert, QC::kF32, {mlp + "shared_expert_gate.weight"});
+    add("ffn_gate_inp_shexp.weight", {n_embd}, R::kSharedExpert, QC::kF32,
+        {mlp + "shared_expert_gate.weight"});
     add("ffn_gate_shexp.weight", {n_embd, hp.n_ff_shexp}, R::kSharedExpert, QC::kSharedExpert,
         {mlp + "shared_expert.gate_proj.weight"});
     add("ffn_up_shexp.weight", {n_embd, hp.n_ff_shexp}, R::kSharedExpert, QC::kSharedExpert,

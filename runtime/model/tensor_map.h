@@ -40,13 +40,16 @@ enum class TypeRule {
 };
 
 // How a tensor's values derive from its Hugging Face source (for the HF loader); a bit set.
-inline constexpr uint32_t kHfAddOne = 1u << 0;        // zero-centred RMSNorm: GGUF stores 1 + w
-inline constexpr uint32_t kHfNegExp = 1u << 1;        // ssm_a = -exp(A_log)
-inline constexpr uint32_t kHfSqueezeConv = 1u << 2;   // conv1d [C, 1, K] -> ggml {K, C}
-inline constexpr uint32_t kHfStackExperts = 1u << 3;  // per-expert "{e}" tensors stacked (slowest axis)
-inline constexpr uint32_t kHfQkvOfQkvz = 1u << 4;     // qwen3next: q|k|v rows regrouped from in_proj_qkvz
-inline constexpr uint32_t kHfZOfQkvz = 1u << 5;       // qwen3next: z rows regrouped from in_proj_qkvz
-inline constexpr uint32_t kHfVHeadsTiled = 1u << 6;   // qwen35moe: value heads grouped -> tiled order
+inline constexpr uint32_t kHfAddOne = 1u << 0;       // zero-centred RMSNorm: GGUF stores 1 + w
+inline constexpr uint32_t kHfNegExp = 1u << 1;       // ssm_a = -exp(A_log)
+inline constexpr uint32_t kHfSqueezeConv = 1u << 2;  // conv1d [C, 1, K] -> ggml {K, C}
+inline constexpr uint32_t kHfStackExperts =
+    1u << 3;  // per-expert "{e}" tensors stacked (slowest axis)
+inline constexpr uint32_t kHfQkvOfQkvz = 1u
+                                         << 4;  // qwen3next: q|k|v rows regrouped from in_proj_qkvz
+inline constexpr uint32_t kHfZOfQkvz = 1u << 5;  // qwen3next: z rows regrouped from in_proj_qkvz
+inline constexpr uint32_t kHfVHeadsTiled = 1u
+                                           << 6;  // qwen35moe: value heads grouped -> tiled order
 
 struct TensorSpec {
   std::string name;           // GGUF name, e.g. "blk.3.ffn_up_exps.weight"
@@ -55,9 +58,10 @@ struct TensorSpec {
   TensorRole role = TensorRole::kNorm;
   QuantCategory category = QuantCategory::kF32;
   TypeRule type_rule = TypeRule::kF32Only;
-  bool required = true;       // false: may be absent (MTP tensors)
+  bool required = true;  // false: may be absent (MTP tensors)
   // Hugging Face source tensor names ("{e}" stands for the expert index): the first is the
-  // primary source, later ones alternatives (a fused form). Torch shape [out, in] == ggml {in, out}.
+  // primary source, later ones alternatives (a fused form). Torch shape [out, in] == ggml {in,
+  // out}.
   std::vector<std::string> hf_names;
   uint32_t hf_transforms = 0;  // kHf* bits
 
@@ -80,8 +84,8 @@ class TensorMap {
   // listed in the map or not (an MTP block may carry optional extras).
   bool IsMtpName(std::string_view name) const;
 
-  int n_recurrent_layers() const;   // Gated DeltaNet layers
-  int n_attention_layers() const;   // full-attention layers
+  int n_recurrent_layers() const;  // Gated DeltaNet layers
+  int n_attention_layers() const;  // full-attention layers
   size_t n_required() const;
 
  private:

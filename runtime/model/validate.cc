@@ -27,12 +27,18 @@ int64_t ExpectedBytes(const format::TensorInfo& t) {
 
 const char* ProblemKindName(ProblemKind kind) {
   switch (kind) {
-    case ProblemKind::kMissing: return "missing";
-    case ProblemKind::kDuplicate: return "duplicate";
-    case ProblemKind::kWrongShape: return "wrong shape";
-    case ProblemKind::kUnsupportedType: return "unsupported type";
-    case ProblemKind::kWrongSize: return "wrong size";
-    case ProblemKind::kUnknown: return "unknown";
+    case ProblemKind::kMissing:
+      return "missing";
+    case ProblemKind::kDuplicate:
+      return "duplicate";
+    case ProblemKind::kWrongShape:
+      return "wrong shape";
+    case ProblemKind::kUnsupportedType:
+      return "unsupported type";
+    case ProblemKind::kWrongSize:
+      return "wrong size";
+    case ProblemKind::kUnknown:
+      return "unknown";
   }
   return "problem";
 }
@@ -54,7 +60,8 @@ std::vector<std::string> ValidationReport::Lines() const {
   if (ok()) {
     lines.push_back("VALID");
   } else {
-    lines.push_back(absl::StrCat("INVALID: ", problems.size(), problems.size() == 1 ? " problem" : " problems"));
+    lines.push_back(absl::StrCat("INVALID: ", problems.size(),
+                                 problems.size() == 1 ? " problem" : " problems"));
   }
   for (const Problem& p : problems) lines.push_back(absl::StrCat("  ", p.message));
   for (const std::string& n : notes) lines.push_back(absl::StrCat("  note: ", n));
@@ -67,7 +74,8 @@ std::string ValidationReport::Summary() const {
   return absl::StrJoin(parts, "; ");
 }
 
-ValidationReport ValidateTensors(const TensorMap& map, std::span<const format::TensorInfo> tensors) {
+ValidationReport ValidateTensors(const TensorMap& map,
+                                 std::span<const format::TensorInfo> tensors) {
   const HParams& hp = map.hparams();
   ValidationReport r;
   r.n_expert = hp.n_expert;
@@ -91,9 +99,10 @@ ValidationReport ValidateTensors(const TensorMap& map, std::span<const format::T
     const bool mtp = map.IsMtpName(t.name);
     if (spec == nullptr && !mtp) {
       r.unknown_bytes += t.nbytes;
-      r.problems.push_back({ProblemKind::kUnknown, t.name,
-                            absl::StrCat(t.name, ": unknown tensor (not part of a ", ArchGgufName(hp.arch),
-                                         " model with these hyper-parameters)")});
+      r.problems.push_back(
+          {ProblemKind::kUnknown, t.name,
+           absl::StrCat(t.name, ": unknown tensor (not part of a ", ArchGgufName(hp.arch),
+                        " model with these hyper-parameters)")});
       continue;
     }
     if (mtp) {
@@ -102,9 +111,10 @@ ValidationReport ValidateTensors(const TensorMap& map, std::span<const format::T
     }
     if (spec != nullptr) {
       if (t.dims != spec->dims) {
-        r.problems.push_back({ProblemKind::kWrongShape, t.name,
-                              absl::StrCat(t.name, ": wrong shape: expected ", format::DimsToString(spec->dims),
-                                           ", found ", format::DimsToString(t.dims))});
+        r.problems.push_back(
+            {ProblemKind::kWrongShape, t.name,
+             absl::StrCat(t.name, ": wrong shape: expected ", format::DimsToString(spec->dims),
+                          ", found ", format::DimsToString(t.dims))});
       } else if (!spec->AllowsType(t.type)) {
         std::string why;
         const quant::TypeInfo* info = quant::FindTypeInfo(static_cast<uint32_t>(t.type));
@@ -113,14 +123,18 @@ ValidationReport ValidateTensors(const TensorMap& map, std::span<const format::T
         } else if (info == nullptr || !info->has_codec) {
           why = "Tandem has no codec for this type";
         } else {
-          why = absl::StrCat("ne[0] = ", t.dims[0], " is not a multiple of its block size ", info->block_elems);
+          why = absl::StrCat("ne[0] = ", t.dims[0], " is not a multiple of its block size ",
+                             info->block_elems);
         }
-        r.problems.push_back({ProblemKind::kUnsupportedType, t.name,
-                              absl::StrCat(t.name, ": unsupported type ", TypeName(t.type), " (", why, ")")});
-      } else if (int64_t expected = ExpectedBytes(t); expected >= 0 && static_cast<uint64_t>(expected) != t.nbytes) {
-        r.problems.push_back({ProblemKind::kWrongSize, t.name,
-                              absl::StrCat(t.name, ": wrong size: ", format::DimsToString(t.dims), " ",
-                                           TypeName(t.type), " takes ", expected, " bytes, found ", t.nbytes)});
+        r.problems.push_back(
+            {ProblemKind::kUnsupportedType, t.name,
+             absl::StrCat(t.name, ": unsupported type ", TypeName(t.type), " (", why, ")")});
+      } else if (int64_t expected = ExpectedBytes(t);
+                 expected >= 0 && static_cast<uint64_t>(expected) != t.nbytes) {
+        r.problems.push_back(
+            {ProblemKind::kWrongSize, t.name,
+             absl::StrCat(t.name, ": wrong size: ", format::DimsToString(t.dims), " ",
+                          TypeName(t.type), " takes ", expected, " bytes, found ", t.nbytes)});
       }
     }
     if (mtp) continue;
@@ -145,14 +159,17 @@ ValidationReport ValidateTensors(const TensorMap& map, std::span<const format::T
   }
   for (const TensorSpec& spec : map.tensors()) {
     if (spec.required && !seen.contains(spec.name)) {
-      r.problems.push_back({ProblemKind::kMissing, spec.name,
-                            absl::StrCat(spec.name, ": missing (expected ", format::DimsToString(spec.dims), ")")});
+      r.problems.push_back(
+          {ProblemKind::kMissing, spec.name,
+           absl::StrCat(spec.name, ": missing (expected ", format::DimsToString(spec.dims), ")")});
     }
   }
   if (r.n_mtp_tensors > 0) {
     r.notes.push_back(absl::StrCat(r.n_mtp_tensors, " MTP (unused) tensors in block",
                                    hp.nextn_predict_layers > 1 ? "s " : " ", hp.n_layer,
-                                   hp.nextn_predict_layers > 1 ? absl::StrCat("-", hp.n_layer + hp.nextn_predict_layers - 1) : "",
+                                   hp.nextn_predict_layers > 1
+                                       ? absl::StrCat("-", hp.n_layer + hp.nextn_predict_layers - 1)
+                                       : "",
                                    ", ", FormatBytes(r.mtp_bytes)));
   }
   return r;

@@ -34,10 +34,10 @@ struct Problem {
 
 struct LayerBytes {
   int layer = 0;
-  bool recurrent = false;          // Gated DeltaNet layer (else full attention)
-  uint64_t dense_bytes = 0;        // everything of the block except routed experts
-  uint64_t expert_bytes = 0;       // ffn_{gate,up,down}_exps together
-  uint64_t bytes_per_expert = 0;   // expert_bytes / n_expert (one expert's gate+up+down slices)
+  bool recurrent = false;         // Gated DeltaNet layer (else full attention)
+  uint64_t dense_bytes = 0;       // everything of the block except routed experts
+  uint64_t expert_bytes = 0;      // ffn_{gate,up,down}_exps together
+  uint64_t bytes_per_expert = 0;  // expert_bytes / n_expert (one expert's gate+up+down slices)
   quant::GgmlType expert_type = quant::GgmlType::kF32;  // type of ffn_gate_exps (as found)
 };
 
@@ -52,7 +52,7 @@ struct ValidationReport {
   uint64_t total_bytes = 0;        // every tensor in the list
   int64_t n_tensors = 0;
   int64_t n_mtp_tensors = 0;
-  int n_expert = 0;                // routed experts per layer
+  int n_expert = 0;  // routed experts per layer
   std::map<quant::GgmlType, uint64_t> bytes_by_type;
 
   bool ok() const { return problems.empty(); }

@@ -282,7 +282,8 @@ TEST(GgufHParamsTest, Qwen35MoeBlockCountIncludesMtp) {
   const format::Value* sections = md.Find("qwen35moe.rope.dimension_sections");
   ASSERT_NE(sections, nullptr);
   ASSERT_NE(sections->AsArray(), nullptr);
-  EXPECT_EQ(std::get<std::vector<int32_t>>(sections->AsArray()->values), (std::vector<int32_t>{11, 11, 10, 0}));
+  EXPECT_EQ(std::get<std::vector<int32_t>>(sections->AsArray()->values),
+            (std::vector<int32_t>{11, 11, 10, 0}));
   absl::StatusOr<HParams> back = HParamsFromGguf(md);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->n_layer, 40);

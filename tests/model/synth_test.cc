@@ -24,9 +24,11 @@ namespace {
 
 using quant::GgmlType;
 
-constexpr const char* kTinyShapes[] = {"tiny-qwen3moe", "tiny-qwen3next", "tiny-qwen35moe", "tiny-flash-next"};
+constexpr const char* kTinyShapes[] = {"tiny-qwen3moe", "tiny-qwen3next", "tiny-qwen35moe",
+                                       "tiny-flash-next"};
 
-std::unique_ptr<Model> Synth(const std::string& shape, SynthOptions options = {}, bool materialize = true) {
+std::unique_ptr<Model> Synth(const std::string& shape, SynthOptions options = {},
+                             bool materialize = true) {
   absl::StatusOr<std::unique_ptr<Model>> m = Synthesize(shape, options, materialize);
   EXPECT_TRUE(m.ok()) << m.status();
   return m.ok() ? std::move(*m) : nullptr;
@@ -34,7 +36,8 @@ std::unique_ptr<Model> Synth(const std::string& shape, SynthOptions options = {}
 
 // Unique per process, so that parallel ctest runs (and parallel builds) never share a file.
 std::string TempPath(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / (std::to_string(::getpid()) + "-" + name)).string();
+  return (std::filesystem::temp_directory_path() / (std::to_string(::getpid()) + "-" + name))
+      .string();
 }
 
 // Decoded values of a materialised tensor.
@@ -68,7 +71,8 @@ TEST(SynthShapesTest, TinyShapesMeetTheirContract) {
     EXPECT_GE(hp.n_layer, 4) << name;
     EXPECT_GE(hp.n_expert, 8) << name;
     EXPECT_GE(hp.n_expert_used, 2) << name;
-    for (int d : {hp.n_embd, hp.n_ff_exp, hp.n_head * hp.head_dim, hp.n_vocab}) EXPECT_EQ(d % 32, 0) << name;
+    for (int d : {hp.n_embd, hp.n_ff_exp, hp.n_head * hp.head_dim, hp.n_vocab})
+      EXPECT_EQ(d % 32, 0) << name;
     if (hp.is_hybrid()) {
       EXPECT_EQ(hp.ssm_d_inner % 32, 0);
       EXPECT_EQ(hp.n_ff_shexp % 32, 0);
@@ -111,7 +115,8 @@ TEST(SynthShapesTest, FullSizeShapes) {
   EXPECT_EQ(f.n_vocab, 248320);
   EXPECT_EQ(f.n_ctx_train, 262144);
   const QuantMix& mix = (*FindSynthShape("flash-next-125b"))->default_mix;
-  EXPECT_EQ(QuantMixToString(mix), "experts=q3_k,shexp=q8_0,dense=q8_0,router=f32,embed=q6_k,output=q6_k");
+  EXPECT_EQ(QuantMixToString(mix),
+            "experts=q3_k,shexp=q8_0,dense=q8_0,router=f32,embed=q6_k,output=q6_k");
   EXPECT_EQ((*FindSynthShape("qwen3-30b-a3b"))->default_mix.experts, GgmlType::kQ4_K);
   EXPECT_EQ((*FindSynthShape("qwen3next-80b-a3b"))->default_mix.experts, GgmlType::kQ4_K);
   EXPECT_EQ((*FindSynthShape("qwen35-35b-a3b"))->hparams.n_vocab, 248320);
@@ -137,7 +142,8 @@ TEST(QuantMixTest, ParsesAndRejects) {
     EXPECT_FALSE(s.ok()) << text;
     return std::string(s.message());
   };
-  EXPECT_NE(error("expert=q4_k").find("categories: experts, shexp, dense, router, embed, output"), std::string::npos);
+  EXPECT_NE(error("expert=q4_k").find("categories: experts, shexp, dense, router, embed, output"),
+            std::string::npos);
   EXPECT_NE(error("experts=q9_k").find("q9_k"), std::string::npos);
   EXPECT_NE(error("experts=i8").find("no codec"), std::string::npos);
   EXPECT_NE(error("experts").find("CATEGORY=TYPE"), std::string::npos);
@@ -160,7 +166,8 @@ TEST(QuantMixTest, BlockSizeMustDivideNe0) {
 TEST(SynthSpecTest, Parses) {
   std::string shape;
   SynthOptions options;
-  ASSERT_TRUE(ParseSynthSpec("tiny-qwen3next?experts=q4_0&dense=q8_0&seed=7", &shape, &options).ok());
+  ASSERT_TRUE(
+      ParseSynthSpec("tiny-qwen3next?experts=q4_0&dense=q8_0&seed=7", &shape, &options).ok());
   EXPECT_EQ(shape, "tiny-qwen3next");
   EXPECT_EQ(options.seed, 7u);
   EXPECT_EQ(options.quant, "experts=q4_0,dense=q8_0");
@@ -202,7 +209,8 @@ TEST(SynthTest, TinyShapesMaterialiseAndValidate) {
 TEST(SynthTest, DescribeOnlyIsFastAndHasNoBytes) {
   const auto start = std::chrono::steady_clock::now();
   std::unique_ptr<Model> m = Synth("flash-next-125b", {}, /*materialize=*/false);
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ASSERT_NE(m, nullptr);
   EXPECT_FALSE(m->materialized());
   const TensorMap map(m->hparams());
@@ -233,7 +241,8 @@ TEST(SynthTest, SameSeedSameBytesOtherSeedOtherBytes) {
     EXPECT_NE(std::memcmp(t1.data, t3.data, t1.nbytes), 0) << t1.name;
   }
   // Tensors of one model differ from each other (per-tensor seeds).
-  EXPECT_NE(std::memcmp(m1->Find("blk.0.ffn_gate_exps.weight")->data, m1->Find("blk.0.ffn_up_exps.weight")->data,
+  EXPECT_NE(std::memcmp(m1->Find("blk.0.ffn_gate_exps.weight")->data,
+                        m1->Find("blk.0.ffn_up_exps.weight")->data,
                         m1->Find("blk.0.ffn_up_exps.weight")->nbytes),
             0);
 }
@@ -379,8 +388,8 @@ TEST(SynthVocabTest, Metadata) {
 
   std::unique_ptr<Model> big = Synth("qwen3-30b-a3b", {}, false);
   EXPECT_EQ(big->metadata().GetString("tokenizer.ggml.pre"), "qwen2");
-  const auto& big_tokens =
-      std::get<std::vector<std::string>>(big->metadata().Find("tokenizer.ggml.tokens")->AsArray()->values);
+  const auto& big_tokens = std::get<std::vector<std::string>>(
+      big->metadata().Find("tokenizer.ggml.tokens")->AsArray()->values);
   EXPECT_EQ(big_tokens.size(), 151936u);
   EXPECT_EQ(big_tokens.back(), "[PAD151935]");
 }
@@ -427,7 +436,10 @@ TEST(SynthGgufTest, WriteReadBackRevalidate) {
 }
 
 TEST(OpenModelTest, SynthSpecs) {
-  absl::StatusOr<std::unique_ptr<Model>> m = OpenModel("synth:tiny-qwen3moe?seed=3&experts=q4_0", {.materialize = false});
+  OpenOptions describe;
+  describe.materialize = false;
+  absl::StatusOr<std::unique_ptr<Model>> m =
+      OpenModel("synth:tiny-qwen3moe?seed=3&experts=q4_0", describe);
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ((*m)->Find("blk.0.ffn_up_exps.weight")->type, GgmlType::kQ4_0);
   EXPECT_EQ((*m)->source(), "synth:tiny-qwen3moe?quant=experts=q4_0&seed=3");
@@ -441,7 +453,8 @@ TEST(OpenModelTest, SynthSpecs) {
 TEST(OpenModelTest, ErrorsForOtherInputs) {
   absl::StatusOr<std::unique_ptr<Model>> missing = OpenModel("/nonexistent/model.gguf");
   ASSERT_FALSE(missing.ok());
-  EXPECT_NE(std::string(missing.status().message()).find("/nonexistent/model.gguf"), std::string::npos);
+  EXPECT_NE(std::string(missing.status().message()).find("/nonexistent/model.gguf"),
+            std::string::npos);
 
   // An empty directory is no model (no GGUF, no config.json).
   const std::string dir = TempPath("tandem-model-dir");
@@ -478,18 +491,25 @@ TEST(OpenModelTest, TruncatedAndInvalidGguf) {
   std::vector<uint8_t> zeros(1 << 20);
   for (const format::TensorInfo& t : (*plan)->tensors) {
     if (t.name == "blk.2.attn_v.weight") continue;
-    ASSERT_TRUE(writer.AddTensor(t.name, t.dims, t.type, [](std::span<uint8_t> out) {
-      std::fill(out.begin(), out.end(), 0);
-      return absl::OkStatus();
-    }).ok());
+    ASSERT_TRUE(writer
+                    .AddTensor(t.name, t.dims, t.type,
+                               [](std::span<uint8_t> out) {
+                                 std::fill(out.begin(), out.end(), 0);
+                                 return absl::OkStatus();
+                               })
+                    .ok());
   }
   const std::string invalid = TempPath("tandem-invalid.gguf");
   ASSERT_TRUE(writer.Write(invalid).ok());
   absl::StatusOr<std::unique_ptr<Model>> strict = OpenModel(invalid);
   ASSERT_FALSE(strict.ok());
-  EXPECT_NE(std::string(strict.status().message()).find("blk.2.attn_v.weight: missing"), std::string::npos)
+  EXPECT_NE(std::string(strict.status().message()).find("blk.2.attn_v.weight: missing"),
+            std::string::npos)
       << strict.status();
-  absl::StatusOr<std::unique_ptr<Model>> lenient = OpenModel(invalid, {.materialize = false, .validate = false});
+  OpenOptions inspect;
+  inspect.materialize = false;
+  inspect.validate = false;
+  absl::StatusOr<std::unique_ptr<Model>> lenient = OpenModel(invalid, inspect);
   ASSERT_TRUE(lenient.ok()) << lenient.status();
   const TensorMap map((*lenient)->hparams());
   const ValidationReport r = ValidateTensors(map, (*lenient)->tensors());

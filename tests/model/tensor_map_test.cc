@@ -81,9 +81,9 @@ TEST(TensorMapTest, RolesCategoriesAndTypes) {
   EXPECT_EQ(exps->role, TensorRole::kRoutedExperts);
   EXPECT_EQ(exps->category, QuantCategory::kExperts);
   EXPECT_EQ(exps->layer, 5);
-  EXPECT_TRUE(exps->AllowsType(GgmlType::kQ3_K));   // 768 = 3 * 256
+  EXPECT_TRUE(exps->AllowsType(GgmlType::kQ3_K));  // 768 = 3 * 256
   EXPECT_TRUE(exps->AllowsType(GgmlType::kBF16));
-  EXPECT_FALSE(exps->AllowsType(GgmlType::kI8));    // no codec
+  EXPECT_FALSE(exps->AllowsType(GgmlType::kI8));  // no codec
   const TensorSpec* gate = map.Find("blk.5.ffn_gate_inp_shexp.weight");
   ASSERT_NE(gate, nullptr);
   EXPECT_EQ(gate->role, TensorRole::kSharedExpert);
@@ -113,7 +113,8 @@ TEST(TensorMapTest, Qwen3Moe30B) {
   EXPECT_EQ(map.Find("blk.0.ffn_gate_shexp.weight"), nullptr);
   // Plain norms: no +1 in the HF source.
   EXPECT_EQ(map.Find("blk.0.attn_norm.weight")->hf_transforms & kHfAddOne, 0u);
-  EXPECT_EQ(map.Find("blk.0.attn_norm.weight")->hf_names[0], "model.layers.0.input_layernorm.weight");
+  EXPECT_EQ(map.Find("blk.0.attn_norm.weight")->hf_names[0],
+            "model.layers.0.input_layernorm.weight");
 }
 
 TEST(TensorMapTest, Qwen3NextHfSources) {
@@ -152,7 +153,8 @@ TEST(TensorMapTest, Qwen35MoeSplitProjectionsAndMtp) {
   EXPECT_FALSE(eh->required);
   EXPECT_EQ(eh->role, TensorRole::kMtp);
   EXPECT_EQ(map.Find("blk.40.ffn_up_exps.weight")->role, TensorRole::kMtp);
-  EXPECT_EQ(map.Find("blk.40.ffn_up_exps.weight")->hf_names[0], "mtp.layers.0.mlp.experts.{e}.up_proj.weight");
+  EXPECT_EQ(map.Find("blk.40.ffn_up_exps.weight")->hf_names[0],
+            "mtp.layers.0.mlp.experts.{e}.up_proj.weight");
   EXPECT_TRUE(map.IsMtpName("blk.40.nextn.embed_tokens.weight"));
   EXPECT_FALSE(map.IsMtpName("blk.39.attn_norm.weight"));
   EXPECT_FALSE(map.IsMtpName("blk.41.attn_norm.weight"));

@@ -41,7 +41,8 @@ TEST(ValidateTest, CatchesEachProblemByName) {
   std::unique_ptr<SynthPlan> plan = Plan("tiny-qwen3next");
   std::vector<format::TensorInfo> tensors = plan->tensors;
   auto find = [&](const std::string& name) {
-    return std::find_if(tensors.begin(), tensors.end(), [&](const auto& t) { return t.name == name; });
+    return std::find_if(tensors.begin(), tensors.end(),
+                        [&](const auto& t) { return t.name == name; });
   };
   // Missing.
   tensors.erase(find("blk.1.attn_k.weight"));
@@ -73,8 +74,10 @@ TEST(ValidateTest, CatchesEachProblemByName) {
   EXPECT_TRUE(HasProblem(r, ProblemKind::kMissing, "blk.1.attn_k.weight")) << r.Summary();
   EXPECT_TRUE(HasProblem(r, ProblemKind::kDuplicate, "blk.2.ssm_out.weight")) << r.Summary();
   EXPECT_TRUE(HasProblem(r, ProblemKind::kWrongShape, "blk.3.attn_q.weight")) << r.Summary();
-  EXPECT_TRUE(HasProblem(r, ProblemKind::kUnsupportedType, "blk.0.attn_norm.weight")) << r.Summary();
-  EXPECT_TRUE(HasProblem(r, ProblemKind::kUnsupportedType, "blk.0.ffn_down_exps.weight")) << r.Summary();
+  EXPECT_TRUE(HasProblem(r, ProblemKind::kUnsupportedType, "blk.0.attn_norm.weight"))
+      << r.Summary();
+  EXPECT_TRUE(HasProblem(r, ProblemKind::kUnsupportedType, "blk.0.ffn_down_exps.weight"))
+      << r.Summary();
   EXPECT_TRUE(HasProblem(r, ProblemKind::kUnknown, "blk.0.rope_freqs.weight")) << r.Summary();
   EXPECT_TRUE(HasProblem(r, ProblemKind::kWrongSize, "blk.2.ffn_gate_inp.weight")) << r.Summary();
   EXPECT_EQ(r.problems.size(), 7u) << r.Summary();
@@ -147,9 +150,10 @@ TEST(ValidateTest, FlashNextByteTotals) {
   auto q8 = [](uint64_t n) { return n / 32 * 34; };
   const uint64_t moe_common = 2048ull * 512 * 4 /*router f32*/ + 2048 * 4 /*shexp gate*/ +
                               q8(3ull * 2048 * 768) /*shared expert*/ + 2 * 2048 * 4 /*two norms*/;
-  const uint64_t deltanet = q8(2048ull * 8192) + q8(2048ull * 4096) + q8(2048ull * 64) + 4 * 8192 * 4 +
-                            32 * 4 + 32 * 4 + 128 * 4 + q8(4096ull * 2048);
-  const uint64_t attention = q8(2048ull * 8192) + 2 * q8(2048ull * 512) + q8(4096ull * 2048) + 2 * 256 * 4;
+  const uint64_t deltanet = q8(2048ull * 8192) + q8(2048ull * 4096) + q8(2048ull * 64) +
+                            4 * 8192 * 4 + 32 * 4 + 32 * 4 + 128 * 4 + q8(4096ull * 2048);
+  const uint64_t attention =
+      q8(2048ull * 8192) + 2 * q8(2048ull * 512) + q8(4096ull * 2048) + 2 * 256 * 4;
   EXPECT_EQ(r.layers[0].dense_bytes, moe_common + deltanet);
   EXPECT_EQ(r.layers[3].dense_bytes, moe_common + attention);
   EXPECT_EQ(r.dense_bytes(), 36 * (moe_common + deltanet) + 12 * (moe_common + attention));

@@ -42,7 +42,9 @@ std::string Thousands(int64_t v) {
   return v < 0 ? "-" + out : out;
 }
 
-std::string Bytes(uint64_t b) { return absl::StrCat(FormatBytes(b), " (", Thousands(static_cast<int64_t>(b)), " B)"); }
+std::string Bytes(uint64_t b) {
+  return absl::StrCat(FormatBytes(b), " (", Thousands(static_cast<int64_t>(b)), " B)");
+}
 
 // 1e-06 rather than 9.99999997e-07: the float as it was written, for JSON readers.
 double ShortestDouble(float v) { return std::stod(absl::StrFormat("%g", v)); }
@@ -143,13 +145,15 @@ int Run(const Options& opt) {
     j["valid"] = report.ok();
     j["problems"] = nlohmann::ordered_json::array();
     for (const model::Problem& p : report.problems) {
-      j["problems"].push_back({{"kind", model::ProblemKindName(p.kind)}, {"tensor", p.tensor}, {"message", p.message}});
+      j["problems"].push_back(
+          {{"kind", model::ProblemKindName(p.kind)}, {"tensor", p.tensor}, {"message", p.message}});
     }
     j["notes"] = report.notes;
     if (opt.tensors) {
       j["tensors"] = nlohmann::ordered_json::array();
       for (const format::TensorInfo& t : m.tensors()) {
-        j["tensors"].push_back({{"name", t.name}, {"dims", t.dims}, {"type", TypeName(t.type)}, {"bytes", t.nbytes}});
+        j["tensors"].push_back(
+            {{"name", t.name}, {"dims", t.dims}, {"type", TypeName(t.type)}, {"bytes", t.nbytes}});
       }
     }
     std::printf("%s\n", j.dump(2).c_str());
@@ -161,50 +165,59 @@ int Run(const Options& opt) {
   if (!name.empty()) absl::StrAppendFormat(&out, "name        %s\n", name);
   absl::StrAppendFormat(&out, "arch        %s\n", model::ArchGgufName(hp.arch));
   if (hp.is_hybrid()) {
-    absl::StrAppendFormat(&out, "layers      %d: %d Gated DeltaNet + %d full attention (every %d%s)\n", hp.n_layer,
-                          map.n_recurrent_layers(), map.n_attention_layers(), hp.full_attention_interval,
-                          hp.full_attention_interval == 2 ? "nd" : hp.full_attention_interval == 3 ? "rd" : "th");
+    absl::StrAppendFormat(
+        &out, "layers      %d: %d Gated DeltaNet + %d full attention (every %d%s)\n", hp.n_layer,
+        map.n_recurrent_layers(), map.n_attention_layers(), hp.full_attention_interval,
+        hp.full_attention_interval == 2   ? "nd"
+        : hp.full_attention_interval == 3 ? "rd"
+                                          : "th");
   } else {
     absl::StrAppendFormat(&out, "layers      %d, all full attention\n", hp.n_layer);
   }
   if (hp.nextn_predict_layers > 0) {
-    absl::StrAppendFormat(&out, "mtp         %d block(s) after the decoder (unused)\n", hp.nextn_predict_layers);
+    absl::StrAppendFormat(&out, "mtp         %d block(s) after the decoder (unused)\n",
+                          hp.nextn_predict_layers);
   }
-  absl::StrAppendFormat(&out, "hidden      %d, vocab %d, context %d\n", hp.n_embd, hp.n_vocab, hp.n_ctx_train);
-  absl::StrAppendFormat(&out, "attention   %d query / %d KV heads of %d, rotary %d (theta %g)%s, rms eps %g\n",
-                        hp.n_head, hp.n_head_kv, hp.head_dim, hp.n_rot, hp.rope_theta,
-                        hp.arch == Arch::kQwen35Moe
-                            ? absl::StrCat(", mrope sections [", absl::StrJoin(hp.rope_sections, ", "), "]")
-                            : std::string(),
-                        hp.rms_eps);
+  absl::StrAppendFormat(&out, "hidden      %d, vocab %d, context %d\n", hp.n_embd, hp.n_vocab,
+                        hp.n_ctx_train);
+  absl::StrAppendFormat(
+      &out, "attention   %d query / %d KV heads of %d, rotary %d (theta %g)%s, rms eps %g\n",
+      hp.n_head, hp.n_head_kv, hp.head_dim, hp.n_rot, hp.rope_theta,
+      hp.arch == Arch::kQwen35Moe
+          ? absl::StrCat(", mrope sections [", absl::StrJoin(hp.rope_sections, ", "), "]")
+          : std::string(),
+      hp.rms_eps);
   if (hp.is_hybrid()) {
-    absl::StrAppendFormat(&out, "deltanet    %d key / %d value heads of %d, conv %d, inner %d\n", hp.ssm_n_group,
-                          hp.ssm_dt_rank, hp.ssm_d_state, hp.ssm_conv_kernel, hp.ssm_d_inner);
+    absl::StrAppendFormat(&out, "deltanet    %d key / %d value heads of %d, conv %d, inner %d\n",
+                          hp.ssm_n_group, hp.ssm_dt_rank, hp.ssm_d_state, hp.ssm_conv_kernel,
+                          hp.ssm_d_inner);
   }
-  absl::StrAppendFormat(&out, "moe         %d experts per layer, top-%d, expert FFN %d", hp.n_expert, hp.n_expert_used,
-                        hp.n_ff_exp);
+  absl::StrAppendFormat(&out, "moe         %d experts per layer, top-%d, expert FFN %d",
+                        hp.n_expert, hp.n_expert_used, hp.n_ff_exp);
   if (hp.n_ff_shexp > 0) absl::StrAppendFormat(&out, ", shared expert FFN %d", hp.n_ff_shexp);
   absl::StrAppendFormat(&out, "%s\n", hp.norm_topk_prob ? ", top-k renormalised" : "");
 
   if (opt.tensors) {
     absl::StrAppendFormat(&out, "\n%-40s %-22s %-6s %14s\n", "tensor", "dims", "type", "bytes");
     for (const format::TensorInfo& t : m.tensors()) {
-      absl::StrAppendFormat(&out, "%-40s %-22s %-6s %14s\n", t.name, format::DimsToString(t.dims), TypeName(t.type),
-                            Thousands(static_cast<int64_t>(t.nbytes)));
+      absl::StrAppendFormat(&out, "%-40s %-22s %-6s %14s\n", t.name, format::DimsToString(t.dims),
+                            TypeName(t.type), Thousands(static_cast<int64_t>(t.nbytes)));
     }
   }
 
-  absl::StrAppendFormat(&out, "\n%5s  %-9s %12s %12s %12s  %s\n", "layer", "kind", "dense", "experts", "per expert",
-                        "expert type");
+  absl::StrAppendFormat(&out, "\n%5s  %-9s %12s %12s %12s  %s\n", "layer", "kind", "dense",
+                        "experts", "per expert", "expert type");
   for (const model::LayerBytes& l : report.layers) {
-    absl::StrAppendFormat(&out, "%5d  %-9s %12s %12s %12s  %s\n", l.layer, l.recurrent ? "deltanet" : "attention",
-                          FormatBytes(l.dense_bytes), FormatBytes(l.expert_bytes), FormatBytes(l.bytes_per_expert),
+    absl::StrAppendFormat(&out, "%5d  %-9s %12s %12s %12s  %s\n", l.layer,
+                          l.recurrent ? "deltanet" : "attention", FormatBytes(l.dense_bytes),
+                          FormatBytes(l.expert_bytes), FormatBytes(l.bytes_per_expert),
                           TypeName(l.expert_type));
   }
 
   absl::StrAppendFormat(&out, "\nbytes by type\n");
   for (const auto& [type, bytes] : report.bytes_by_type) {
-    absl::StrAppendFormat(&out, "  %-6s %5d tensors  %s\n", TypeName(type), count_by_type[type], Bytes(bytes));
+    absl::StrAppendFormat(&out, "  %-6s %5d tensors  %s\n", TypeName(type), count_by_type[type],
+                          Bytes(bytes));
   }
 
   absl::StrAppendFormat(&out, "\ntotals\n");
@@ -218,11 +231,13 @@ int Run(const Options& opt) {
   if (min_per_expert == max_per_expert) {
     absl::StrAppendFormat(&out, "  bytes per expert     %s\n", Bytes(max_per_expert));
   } else {
-    absl::StrAppendFormat(&out, "  bytes per expert     %s to %s (types differ by layer)\n", FormatBytes(min_per_expert),
-                          FormatBytes(max_per_expert));
+    absl::StrAppendFormat(&out, "  bytes per expert     %s to %s (types differ by layer)\n",
+                          FormatBytes(min_per_expert), FormatBytes(max_per_expert));
   }
-  if (report.mtp_bytes > 0) absl::StrAppendFormat(&out, "  MTP (unused)         %s\n", Bytes(report.mtp_bytes));
-  if (report.unknown_bytes > 0) absl::StrAppendFormat(&out, "  unknown tensors      %s\n", Bytes(report.unknown_bytes));
+  if (report.mtp_bytes > 0)
+    absl::StrAppendFormat(&out, "  MTP (unused)         %s\n", Bytes(report.mtp_bytes));
+  if (report.unknown_bytes > 0)
+    absl::StrAppendFormat(&out, "  unknown tensors      %s\n", Bytes(report.unknown_bytes));
   absl::StrAppendFormat(&out, "  total                %s\n", Bytes(report.total_bytes));
 
   absl::StrAppendFormat(&out, "\nverdict: %s\n", absl::StrJoin(report.Lines(), "\n"));
@@ -236,13 +251,16 @@ void RegisterInspect(CLI::App& app, int* exit_code) {
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand(
       "inspect",
-      "Show a model's architecture, hyper-parameters, tensor shapes, types and bytes, and verify its\n"
+      "Show a model's architecture, hyper-parameters, tensor shapes, types and bytes, and verify "
+      "its\n"
       "structure against the tensor map of its architecture. Exit code 0: valid; 2: opened but\n"
       "INVALID (the problems are listed); 1: could not be opened.");
   cmd->add_option("model", opt->model, model::kModelSpecHelp)->required();
-  cmd->add_flag("--tensors,!--no-tensors", opt->tensors,
-                "List every tensor (name, ggml dims, type, bytes). Default: per-layer summary only.");
-  cmd->add_flag("--json", opt->json, "Print one JSON object instead of text (with --tensors: the tensor list too).");
+  cmd->add_flag(
+      "--tensors,!--no-tensors", opt->tensors,
+      "List every tensor (name, ggml dims, type, bytes). Default: per-layer summary only.");
+  cmd->add_flag("--json", opt->json,
+                "Print one JSON object instead of text (with --tensors: the tensor list too).");
   cmd->callback([opt, exit_code] { *exit_code = Run(*opt); });
 }
 
