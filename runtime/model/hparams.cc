@@ -191,9 +191,10 @@ absl::StatusOr<int> IntervalFromLayerTypes(const nlohmann::json& types, int n_la
   if (interval == 0) interval = n_layer + 1;  // no attention layer at all
   for (int i = 0; i < n_layer; ++i) {
     if (full[i] != ((i + 1) % interval == 0)) {
-      return absl::UnimplementedError(absl::StrCat(
-          "config.json: layer_types is not periodic (full attention every ", interval,
-          " layers breaks at layer ", i, "); Tandem supports only a fixed full_attention_interval"));
+      return absl::UnimplementedError(
+          absl::StrCat("config.json: layer_types is not periodic (full attention every ", interval,
+                       " layers breaks at layer ", i,
+                       "); Tandem supports only a fixed full_attention_interval"));
     }
   }
   return interval;
@@ -203,18 +204,24 @@ absl::StatusOr<int> IntervalFromLayerTypes(const nlohmann::json& types, int n_la
 
 const char* ArchGgufName(Arch arch) {
   switch (arch) {
-    case Arch::kQwen3Moe: return "qwen3moe";
-    case Arch::kQwen3Next: return "qwen3next";
-    case Arch::kQwen35Moe: return "qwen35moe";
+    case Arch::kQwen3Moe:
+      return "qwen3moe";
+    case Arch::kQwen3Next:
+      return "qwen3next";
+    case Arch::kQwen35Moe:
+      return "qwen35moe";
   }
   return "unknown";
 }
 
 const char* ArchHfName(Arch arch) {
   switch (arch) {
-    case Arch::kQwen3Moe: return "qwen3_moe";
-    case Arch::kQwen3Next: return "qwen3_next";
-    case Arch::kQwen35Moe: return "qwen3_5_moe";
+    case Arch::kQwen3Moe:
+      return "qwen3_moe";
+    case Arch::kQwen3Next:
+      return "qwen3_next";
+    case Arch::kQwen35Moe:
+      return "qwen3_5_moe";
   }
   return "unknown";
 }
@@ -225,9 +232,8 @@ absl::StatusOr<Arch> ArchFromGgufName(const std::string& name) {
     if (name == ArchGgufName(arch)) return arch;
     supported.push_back(ArchGgufName(arch));
   }
-  return absl::UnimplementedError(absl::StrCat("unsupported architecture \"", name,
-                                               "\" (supported: ", absl::StrJoin(supported, ", "),
-                                               ")"));
+  return absl::UnimplementedError(absl::StrCat(
+      "unsupported architecture \"", name, "\" (supported: ", absl::StrJoin(supported, ", "), ")"));
 }
 
 absl::Status HParams::Validate() const {
@@ -238,22 +244,27 @@ absl::Status HParams::Validate() const {
   if (n_head <= 0) return Invalid("n_head", n_head, "must be positive");
   if (n_head_kv <= 0) return Invalid("n_head_kv", n_head_kv, "must be positive");
   if (n_head % n_head_kv != 0) {
-    return Invalid("n_head", n_head, absl::StrCat("must be a multiple of n_head_kv (", n_head_kv, ")"));
+    return Invalid("n_head", n_head,
+                   absl::StrCat("must be a multiple of n_head_kv (", n_head_kv, ")"));
   }
   if (head_dim <= 0) return Invalid("head_dim", head_dim, "must be positive");
   if (n_rot <= 0 || n_rot > head_dim || n_rot % 2 != 0) {
-    return Invalid("n_rot", n_rot, absl::StrCat("must be even and in (0, head_dim = ", head_dim, "]"));
+    return Invalid("n_rot", n_rot,
+                   absl::StrCat("must be even and in (0, head_dim = ", head_dim, "]"));
   }
   if (arch == Arch::kQwen3Moe && n_rot != head_dim) {
-    return Invalid("n_rot", n_rot, absl::StrCat("qwen3moe rotates the whole head (", head_dim, ")"));
+    return Invalid("n_rot", n_rot,
+                   absl::StrCat("qwen3moe rotates the whole head (", head_dim, ")"));
   }
   if (!(rope_theta > 0) || !std::isfinite(rope_theta)) {
     return Invalid("rope_theta", rope_theta, "must be positive");
   }
-  if (!(rms_eps > 0) || !std::isfinite(rms_eps)) return Invalid("rms_eps", rms_eps, "must be positive");
+  if (!(rms_eps > 0) || !std::isfinite(rms_eps))
+    return Invalid("rms_eps", rms_eps, "must be positive");
   if (n_expert <= 0) return Invalid("n_expert", n_expert, "must be positive (every layer is MoE)");
   if (n_expert_used <= 0 || n_expert_used > n_expert) {
-    return Invalid("n_expert_used", n_expert_used, absl::StrCat("must be in [1, n_expert = ", n_expert, "]"));
+    return Invalid("n_expert_used", n_expert_used,
+                   absl::StrCat("must be in [1, n_expert = ", n_expert, "]"));
   }
   if (n_ff_exp <= 0) return Invalid("n_ff_exp", n_ff_exp, "must be positive");
   if (n_ff < 0) return Invalid("n_ff", n_ff, "must not be negative");
@@ -267,17 +278,20 @@ absl::Status HParams::Validate() const {
     if (n_ff_shexp != 0) return Invalid("n_ff_shexp", n_ff_shexp, "qwen3moe has no shared expert");
     return absl::OkStatus();
   }
-  if (n_ff_shexp <= 0) return Invalid("n_ff_shexp", n_ff_shexp, "hybrid models have a shared expert");
+  if (n_ff_shexp <= 0)
+    return Invalid("n_ff_shexp", n_ff_shexp, "hybrid models have a shared expert");
   if (full_attention_interval <= 0) {
     return Invalid("full_attention_interval", full_attention_interval, "must be positive");
   }
-  if (ssm_conv_kernel <= 1) return Invalid("ssm_conv_kernel", ssm_conv_kernel, "must be at least 2");
+  if (ssm_conv_kernel <= 1)
+    return Invalid("ssm_conv_kernel", ssm_conv_kernel, "must be at least 2");
   if (ssm_d_state <= 0) return Invalid("ssm_d_state", ssm_d_state, "must be positive");
   if (ssm_n_group <= 0) return Invalid("ssm_n_group", ssm_n_group, "must be positive");
   if (ssm_dt_rank <= 0) return Invalid("ssm_dt_rank", ssm_dt_rank, "must be positive");
   if (ssm_dt_rank % ssm_n_group != 0) {
     return Invalid("ssm_dt_rank", ssm_dt_rank,
-                   absl::StrCat("value heads must be a multiple of key heads (ssm_n_group = ", ssm_n_group, ")"));
+                   absl::StrCat("value heads must be a multiple of key heads (ssm_n_group = ",
+                                ssm_n_group, ")"));
   }
   if (ssm_d_inner <= 0 || ssm_d_inner % ssm_dt_rank != 0) {
     return Invalid("ssm_d_inner", ssm_d_inner,
@@ -285,8 +299,8 @@ absl::Status HParams::Validate() const {
   }
   if (head_v_dim() != ssm_d_state) {
     return Invalid("ssm_d_inner", ssm_d_inner,
-                   absl::StrCat("value head dim ", head_v_dim(), " must equal the key head dim ssm_d_state (",
-                                ssm_d_state, ")"));
+                   absl::StrCat("value head dim ", head_v_dim(),
+                                " must equal the key head dim ssm_d_state (", ssm_d_state, ")"));
   }
   if (arch == Arch::kQwen35Moe) {
     int sum = 0;
@@ -295,7 +309,8 @@ absl::Status HParams::Validate() const {
       sum += s;
     }
     if (sum == 0 || sum > n_rot / 2) {
-      return Invalid("rope_sections", sum, absl::StrCat("section sum must be in [1, n_rot / 2 = ", n_rot / 2, "]"));
+      return Invalid("rope_sections", sum,
+                     absl::StrCat("section sum must be in [1, n_rot / 2 = ", n_rot / 2, "]"));
     }
   }
   return absl::OkStatus();
@@ -312,9 +327,9 @@ absl::StatusOr<HParams> HParamsFromGguf(const format::Metadata& metadata,
   TANDEM_ASSIGN_OR_RETURN(int block_count, k.Int("block_count"));
   TANDEM_ASSIGN_OR_RETURN(hp.nextn_predict_layers, k.IntOr("nextn_predict_layers", 0));
   if (hp.nextn_predict_layers >= block_count) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        k.Key("nextn_predict_layers"), " = ", hp.nextn_predict_layers, " leaves no decoder block out of ",
-        k.Key("block_count"), " = ", block_count));
+    return absl::InvalidArgumentError(
+        absl::StrCat(k.Key("nextn_predict_layers"), " = ", hp.nextn_predict_layers,
+                     " leaves no decoder block out of ", k.Key("block_count"), " = ", block_count));
   }
   hp.n_layer = block_count - hp.nextn_predict_layers;
   TANDEM_ASSIGN_OR_RETURN(hp.n_embd, k.Int("embedding_length"));
@@ -326,9 +341,10 @@ absl::StatusOr<HParams> HParamsFromGguf(const format::Metadata& metadata,
   TANDEM_ASSIGN_OR_RETURN(hp.head_dim, k.IntOr("attention.key_length", default_head_dim));
   TANDEM_ASSIGN_OR_RETURN(int value_length, k.IntOr("attention.value_length", hp.head_dim));
   if (value_length != hp.head_dim) {
-    return absl::UnimplementedError(absl::StrCat(k.Key("attention.value_length"), " = ", value_length,
-                                                 " differs from ", k.Key("attention.key_length"), " = ",
-                                                 hp.head_dim, "; Tandem needs equal key and value heads"));
+    return absl::UnimplementedError(absl::StrCat(k.Key("attention.value_length"), " = ",
+                                                 value_length, " differs from ",
+                                                 k.Key("attention.key_length"), " = ", hp.head_dim,
+                                                 "; Tandem needs equal key and value heads"));
   }
   TANDEM_ASSIGN_OR_RETURN(hp.n_rot, k.IntOr("rope.dimension_count", hp.head_dim));
   TANDEM_ASSIGN_OR_RETURN(hp.rope_theta, k.FloatOr("rope.freq_base", kLlamaDefaultRopeTheta));
@@ -362,15 +378,17 @@ absl::StatusOr<HParams> HParamsFromGguf(const format::Metadata& metadata,
       const format::Array* array = v->AsArray();
       const auto* flags = array ? std::get_if<std::vector<bool>>(&array->values) : nullptr;
       if (flags == nullptr || static_cast<int>(flags->size()) < hp.n_layer) {
-        return absl::InvalidArgumentError(absl::StrCat(k.Key("attention.recurrent_layers"),
-                                                       " must be a bool array of block_count entries"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            k.Key("attention.recurrent_layers"), " must be a bool array of block_count entries"));
       }
       for (int il = 0; il < hp.n_layer; ++il) {
-        bool by_interval = hp.full_attention_interval > 0 && (il + 1) % hp.full_attention_interval != 0;
+        bool by_interval =
+            hp.full_attention_interval > 0 && (il + 1) % hp.full_attention_interval != 0;
         if ((*flags)[il] != by_interval) {
-          return absl::UnimplementedError(absl::StrCat(
-              k.Key("attention.recurrent_layers"), " disagrees with full_attention_interval ",
-              hp.full_attention_interval, " at layer ", il, "; only periodic layouts are supported"));
+          return absl::UnimplementedError(absl::StrCat(k.Key("attention.recurrent_layers"),
+                                                       " disagrees with full_attention_interval ",
+                                                       hp.full_attention_interval, " at layer ", il,
+                                                       "; only periodic layouts are supported"));
         }
       }
     }
@@ -380,12 +398,13 @@ absl::StatusOr<HParams> HParamsFromGguf(const format::Metadata& metadata,
     if (const format::Value* v = metadata.Find(k.Key("rope.dimension_sections"))) {
       std::optional<std::vector<int64_t>> sections = IntArray(*v);
       if (!sections || sections->empty() || sections->size() > 4) {
-        return absl::InvalidArgumentError(absl::StrCat(k.Key("rope.dimension_sections"),
-                                                       " must be an integer array of at most 4 entries, found ",
-                                                       v->ToString()));
+        return absl::InvalidArgumentError(
+            absl::StrCat(k.Key("rope.dimension_sections"),
+                         " must be an integer array of at most 4 entries, found ", v->ToString()));
       }
       hp.rope_sections = {0, 0, 0, 0};
-      for (size_t i = 0; i < sections->size(); ++i) hp.rope_sections[i] = static_cast<int>((*sections)[i]);
+      for (size_t i = 0; i < sections->size(); ++i)
+        hp.rope_sections[i] = static_cast<int>((*sections)[i]);
     }
   }
 
@@ -432,9 +451,9 @@ absl::StatusOr<HParams> HParamsFromHfConfig(const nlohmann::json& config) {
       text = &config["text_config"];
     }
   } else {
-    return absl::UnimplementedError(absl::StrCat(
-        "config.json: unsupported model_type \"", model_type,
-        "\" (supported: qwen3_moe, qwen3_next, qwen3_5_moe)"));
+    return absl::UnimplementedError(
+        absl::StrCat("config.json: unsupported model_type \"", model_type,
+                     "\" (supported: qwen3_moe, qwen3_next, qwen3_5_moe)"));
   }
   const HfDefaults d = DefaultsFor(arch);
   JsonKeys j(*text);
@@ -448,7 +467,8 @@ absl::StatusOr<HParams> HParamsFromHfConfig(const nlohmann::json& config) {
   TANDEM_ASSIGN_OR_RETURN(hp.n_head_kv, j.IntOr("num_key_value_heads", d.num_key_value_heads));
   int default_head_dim = d.head_dim > 0 ? d.head_dim : (hp.n_head > 0 ? hp.n_embd / hp.n_head : 0);
   TANDEM_ASSIGN_OR_RETURN(hp.head_dim, j.IntOr("head_dim", default_head_dim));
-  TANDEM_ASSIGN_OR_RETURN(hp.n_ctx_train, j.IntOr("max_position_embeddings", d.max_position_embeddings));
+  TANDEM_ASSIGN_OR_RETURN(hp.n_ctx_train,
+                          j.IntOr("max_position_embeddings", d.max_position_embeddings));
   TANDEM_ASSIGN_OR_RETURN(double eps, j.FloatOr("rms_norm_eps", 1e-6));
   hp.rms_eps = static_cast<float>(eps);
   // transformers 5 writes qwen3_moe's expert count as num_local_experts.
@@ -468,12 +488,14 @@ absl::StatusOr<HParams> HParamsFromHfConfig(const nlohmann::json& config) {
   if (arch != Arch::kQwen35Moe) {
     TANDEM_ASSIGN_OR_RETURN(int sparse_step, j.IntOr("decoder_sparse_step", 1));
     if (sparse_step != 1) {
-      return absl::UnimplementedError(absl::StrCat(
-          "config.json: decoder_sparse_step = ", sparse_step, " (only 1, every layer MoE, is supported)"));
+      return absl::UnimplementedError(
+          absl::StrCat("config.json: decoder_sparse_step = ", sparse_step,
+                       " (only 1, every layer MoE, is supported)"));
     }
     if (j.Has("mlp_only_layers") &&
         !((*text)["mlp_only_layers"].is_array() && (*text)["mlp_only_layers"].empty())) {
-      return absl::UnimplementedError("config.json: mlp_only_layers must be empty (dense-MLP layers are not supported)");
+      return absl::UnimplementedError(
+          "config.json: mlp_only_layers must be empty (dense-MLP layers are not supported)");
     }
   }
 
@@ -488,14 +510,16 @@ absl::StatusOr<HParams> HParamsFromHfConfig(const nlohmann::json& config) {
     if (obj.contains("rope_type") && obj["rope_type"].is_string()) {
       std::string type = obj["rope_type"].get<std::string>();
       if (type != "default" && type != "mrope") {
-        return absl::UnimplementedError(absl::StrCat("config.json: rope_type \"", type, "\" is not supported"));
+        return absl::UnimplementedError(
+            absl::StrCat("config.json: rope_type \"", type, "\" is not supported"));
       }
     }
     if (obj.contains("mrope_section") && obj["mrope_section"].is_array()) {
       mrope_section.clear();
       for (const nlohmann::json& s : obj["mrope_section"]) {
         if (!s.is_number_integer() || s.get<int64_t>() < 0 || s.get<int64_t>() > 1024) {
-          return absl::InvalidArgumentError("config.json: mrope_section entries must be small non-negative integers");
+          return absl::InvalidArgumentError(
+              "config.json: mrope_section entries must be small non-negative integers");
         }
         mrope_section.push_back(static_cast<int>(s.get<int64_t>()));
       }
@@ -504,27 +528,28 @@ absl::StatusOr<HParams> HParamsFromHfConfig(const nlohmann::json& config) {
   };
   TANDEM_RETURN_IF_ERROR(read_rope(*text));
   for (const char* key : {"rope_parameters", "rope_scaling"}) {
-    if (text->contains(key) && (*text)[key].is_object()) TANDEM_RETURN_IF_ERROR(read_rope((*text)[key]));
+    if (text->contains(key) && (*text)[key].is_object())
+      TANDEM_RETURN_IF_ERROR(read_rope((*text)[key]));
   }
   hp.rope_theta = static_cast<float>(theta);
   if (!(partial > 0 && partial <= 1)) {
-    return absl::InvalidArgumentError(absl::StrCat("config.json: partial_rotary_factor = ", partial,
-                                                   " must be in (0, 1]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.json: partial_rotary_factor = ", partial, " must be in (0, 1]"));
   }
   hp.n_rot = static_cast<int>(hp.head_dim * partial);
 
   if (arch != Arch::kQwen3Moe) {
-    TANDEM_ASSIGN_OR_RETURN(hp.n_ff_shexp,
-                            j.IntOr("shared_expert_intermediate_size", d.shared_expert_intermediate_size));
+    TANDEM_ASSIGN_OR_RETURN(hp.n_ff_shexp, j.IntOr("shared_expert_intermediate_size",
+                                                   d.shared_expert_intermediate_size));
     TANDEM_ASSIGN_OR_RETURN(hp.ssm_conv_kernel, j.IntOr("linear_conv_kernel_dim", 4));
     TANDEM_ASSIGN_OR_RETURN(int key_head_dim, j.IntOr("linear_key_head_dim", 128));
     TANDEM_ASSIGN_OR_RETURN(int value_head_dim, j.IntOr("linear_value_head_dim", 128));
     TANDEM_ASSIGN_OR_RETURN(hp.ssm_n_group, j.IntOr("linear_num_key_heads", 16));
     TANDEM_ASSIGN_OR_RETURN(hp.ssm_dt_rank, j.IntOr("linear_num_value_heads", 32));
     if (key_head_dim != value_head_dim) {
-      return absl::UnimplementedError(absl::StrCat("config.json: linear_key_head_dim (", key_head_dim,
-                                                   ") != linear_value_head_dim (", value_head_dim,
-                                                   "); GGUF stores one state size for both"));
+      return absl::UnimplementedError(absl::StrCat(
+          "config.json: linear_key_head_dim (", key_head_dim, ") != linear_value_head_dim (",
+          value_head_dim, "); GGUF stores one state size for both"));
     }
     hp.ssm_d_state = key_head_dim;
     hp.ssm_d_inner = hp.ssm_dt_rank * value_head_dim;

@@ -1,9 +1,7 @@
 // Model lookups and OpenModel: the one place that turns a user's MODEL argument into a Model.
-// Dispatch is by form: "synth:" prefix, then what the path is (GGUF file; other files and
-// directories are refused with a line saying what is accepted).
+// Dispatch is by form: "synth:" prefix, then what the path is (a directory is a Hugging Face
+// checkpoint, a .gguf name or GGUF magic a GGUF file; anything else is refused with one line).
 #include "runtime/model/model.h"
-
-#include "runtime/model/hf_model.h"
 
 #include <cstdio>
 #include <filesystem>
@@ -12,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/format/gguf.h"
+#include "runtime/model/hf_model.h"
 #include "runtime/model/synth.h"
 #include "runtime/model/tensor_map.h"
 #include "runtime/model/validate.h"
@@ -24,22 +23,25 @@ constexpr size_t kMaxListedProblems = 8;
 
 class GgufModel : public Model {
  public:
-  static absl::StatusOr<std::unique_ptr<Model>> Open(const std::string& path, const OpenOptions& options) {
+  static absl::StatusOr<std::unique_ptr<Model>> Open(const std::string& path,
+                                                     const OpenOptions& options) {
     TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<format::GgufFile> file, format::GgufFile::Open(path));
     auto model = std::unique_ptr<GgufModel>(new GgufModel());
     absl::StatusOr<HParams> hp = HParamsFromGguf(file->metadata(), file->tensors());
-    if (!hp.ok()) return absl::Status(hp.status().code(), absl::StrCat(path, ": ", hp.status().message()));
+    if (!hp.ok())
+      return absl::Status(hp.status().code(), absl::StrCat(path, ": ", hp.status().message()));
     if (options.validate) {
       const TensorMap map(*hp);
       const ValidationReport report = ValidateTensors(map, file->tensors());
       if (!report.ok()) {
-        std::string message = absl::StrCat(path, ": not a valid ", ArchGgufName(hp->arch), " model (",
-                                           report.problems.size(), " problems): ");
+        std::string message = absl::StrCat(path, ": not a valid ", ArchGgufName(hp->arch),
+                                           " model (", report.problems.size(), " problems): ");
         for (size_t i = 0; i < report.problems.size() && i < kMaxListedProblems; ++i) {
           absl::StrAppend(&message, i > 0 ? "; " : "", report.problems[i].message);
         }
         if (report.problems.size() > kMaxListedProblems) {
-          absl::StrAppend(&message, "; ... and ", report.problems.size() - kMaxListedProblems, " more");
+          absl::StrAppend(&message, "; ... and ", report.problems.size() - kMaxListedProblems,
+                          " more");
         }
         return absl::InvalidArgumentError(message);
       }
@@ -70,8 +72,10 @@ bool HasGgufMagic(const std::string& path) {
 }  // namespace
 
 const char kModelSpecHelp[] =
-    "MODEL is a .gguf file or synth:NAME, a random-weight model of a named shape built in memory\n"
-    "(see `tandem synth --list`). synth: takes options after '?', joined by '&':\n"
+    "MODEL is a .gguf file, a Hugging Face directory (config.json + safetensors) or synth:NAME,\n"
+    "a random-weight model of a named shape built in memory"
+    " (see `tandem synth --list`).\n"
+    "synth: takes options after '?', joined by '&':\n"
     "  seed=N                    random seed (default 20261129)\n"
     "  experts=TYPE, shexp=TYPE, dense=TYPE, router=TYPE, embed=TYPE, output=TYPE\n"
     "                            quant type per category (routed experts, shared expert,\n"
@@ -103,12 +107,14 @@ bool Model::materialized() const {
   return true;
 }
 
-absl::StatusOr<std::unique_ptr<Model>> OpenModel(const std::string& spec, const OpenOptions& options) {
+absl::StatusOr<std::unique_ptr<Model>> OpenModel(const std::string& spec,
+                                                 const OpenOptions& options) {
   constexpr std::string_view kSynthPrefix = "synth:";
   if (spec.starts_with(kSynthPrefix)) {
     std::string shape;
     SynthOptions synth_options;
-    TANDEM_RETURN_IF_ERROR(ParseSynthSpec(std::string_view(spec).substr(kSynthPrefix.size()), &shape, &synth_options));
+    TANDEM_RETURN_IF_ERROR(
+        ParseSynthSpec(std::string_view(spec).substr(kSynthPrefix.size()), &shape, &synth_options));
     synth_options.progress = options.progress;
     return Synthesize(shape, synth_options, options.materialize);
   }

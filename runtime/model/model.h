@@ -62,7 +62,7 @@ struct OpenOptions {
 extern const char kModelSpecHelp[];
 
 // Opens "synth:NAME[?KEY=VALUE&...]" (keys: seed, quant, experts, shexp, dense, router, embed,
-// output; see kModelSpecHelp) or a .gguf file. Hugging Face directories are not accepted yet.
+// output; see kModelSpecHelp), a .gguf file or a Hugging Face directory.
 absl::StatusOr<std::unique_ptr<Model>> OpenModel(const std::string& spec,
                                                  const OpenOptions& options = {});
 
