@@ -161,7 +161,7 @@ absl::Status Session::Prefill(std::span<const int32_t> tokens, bool all_logits,
 absl::Status Session::Decode(int32_t token, std::vector<float>* logits) {
   const auto t0 = std::chrono::steady_clock::now();
   TANDEM_RETURN_IF_ERROR(Run(std::span(&token, 1), false, logits));
-  stats_.generated_tokens += 1;
+  stats_.decode_steps += 1;
   stats_.decode_seconds += SecondsSince(t0);
   return absl::OkStatus();
 }

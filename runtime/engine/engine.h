@@ -33,12 +33,12 @@ struct EngineOptions {
 struct SessionStats {
   int prompt_tokens = 0;
   double prompt_seconds = 0;
-  int generated_tokens = 0;
-  double decode_seconds = 0;        // time of single-token steps after the prompt
+  int decode_steps = 0;             // single-token forward passes after the prompt
+  double decode_seconds = 0;        // their total time
   double time_to_first_token = 0;   // from the start of the prompt to the first sampled token
   double prompt_tok_s() const { return prompt_seconds > 0 ? prompt_tokens / prompt_seconds : 0; }
   double decode_tok_s() const {
-    return decode_seconds > 0 ? generated_tokens / decode_seconds : 0;
+    return decode_seconds > 0 ? decode_steps / decode_seconds : 0;
   }
 };
 

@@ -43,7 +43,8 @@ const char* StopReasonName(StopReason r) {
 // to stdout; returns the generated text.
 absl::StatusOr<std::string> Generate(engine::Engine& engine, engine::Session& session,
                                      text::Sampler& sampler, const RunArgs& args,
-                                     std::span<const int32_t> prompt_tokens, StopReason* reason) {
+                                     std::span<const int32_t> prompt_tokens, StopReason* reason,
+                                     int* generated) {
   const text::Tokenizer& tok = *engine.tokenizer();
   if (session.n_past() + static_cast<int>(prompt_tokens.size()) >= session.n_ctx()) {
     return absl::OutOfRangeError(absl::StrCat(
@@ -74,6 +75,7 @@ absl::StatusOr<std::string> Generate(engine::Engine& engine, engine::Session& se
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
     sampler.Accept(*next);
+    ++*generated;
     if (!args.ignore_eos && tok.IsEndOfGeneration(*next)) {
       *reason = StopReason::kEos;
       break;
@@ -96,14 +98,15 @@ absl::StatusOr<std::string> Generate(engine::Engine& engine, engine::Session& se
   return out;
 }
 
-void PrintStats(const engine::Engine& engine, const engine::Session& session, StopReason reason) {
+void PrintStats(const engine::Engine& engine, const engine::Session& session, int generated,
+                StopReason reason) {
   const engine::SessionStats& st = session.stats();
   std::fprintf(stderr,
                "\n[%s backend] load %.2f s | prompt %d tok, %.1f tok/s | generated %d tok, "
-               "decode %.2f tok/s | first token %.3f s | stop: %s\n",
+               "decode %.2f tok/s over %d steps | first token %.3f s | stop: %s\n",
                engine.backend_name().c_str(), engine.load_seconds(), st.prompt_tokens,
-               st.prompt_tok_s(), st.generated_tokens, st.decode_tok_s(), st.time_to_first_token,
-               StopReasonName(reason));
+               st.prompt_tok_s(), generated, st.decode_tok_s(), st.decode_steps,
+               st.time_to_first_token, StopReasonName(reason));
 }
 
 int RunOnce(const RunArgs& args) {
@@ -125,10 +128,11 @@ int RunOnce(const RunArgs& args) {
     if (ids->empty()) return Fail(absl::InvalidArgumentError("the prompt is empty"));
     std::fwrite(args.prompt.data(), 1, args.prompt.size(), stdout);
     StopReason reason;
-    auto text = Generate(**engine, *session, *sampler, args, *ids, &reason);
+    int generated = 0;
+    auto text = Generate(**engine, *session, *sampler, args, *ids, &reason, &generated);
     if (!text.ok()) return Fail(text.status());
     std::fputc('\n', stdout);
-    if (args.show_stats) PrintStats(**engine, *session, reason);
+    if (args.show_stats) PrintStats(**engine, *session, generated, reason);
     return 0;
   }
 
@@ -158,7 +162,8 @@ int RunOnce(const RunArgs& args) {
     auto ids = tok.Encode(std::string_view(*full).substr(rendered.size()), true);
     if (!ids.ok()) return Fail(ids.status());
     StopReason reason;
-    auto reply = Generate(**engine, *session, *sampler, args, *ids, &reason);
+    int generated = 0;
+    auto reply = Generate(**engine, *session, *sampler, args, *ids, &reason, &generated);
     if (!reply.ok()) return Fail(reply.status());
     std::fputc('\n', stdout);
     history.push_back({"assistant", *reply});
@@ -175,7 +180,7 @@ int RunOnce(const RunArgs& args) {
         rendered = *closed;
       }
     }
-    if (args.show_stats) PrintStats(**engine, *session, reason);
+    if (args.show_stats) PrintStats(**engine, *session, generated, reason);
   }
   return 0;
 }
