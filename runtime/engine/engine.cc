@@ -48,6 +48,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& option
         "unknown backend '", options.backend, "' (choose auto, reference, cpu or cuda)"));
   }
   engine->backend_name_ = "reference";
+  if (options.threads < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--threads ", options.threads, " is negative"));
+  }
+  if (options.threads > 0) {
+    engine->thread_limit_ = std::make_unique<tbb::global_control>(
+        tbb::global_control::max_allowed_parallelism, options.threads);
+  }
 
   model::OpenOptions open;
   open.progress = options.progress;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "oneapi/tbb/global_control.h"
 #include "runtime/engine/routing_log.h"
 #include "runtime/model/model.h"
 #include "runtime/reference/forward.h"
@@ -25,6 +26,7 @@ struct EngineOptions {
   std::string model;               // path, HF directory or synth:NAME
   std::string backend = "auto";    // auto | reference | cpu | cuda
   int n_ctx = 0;                   // 0: the smaller of the model's training context and 4096
+  int threads = 0;                 // CPU threads for the whole process; 0: every core
   std::string tokenizer;           // optional tokenizer.json overriding the model's own
   std::string routing_log;         // append routing decisions to this file when set
   model::ProgressFn progress;      // long loads and syntheses report here
@@ -68,6 +70,7 @@ class Engine {
   std::optional<text::Tokenizer> tokenizer_;
   std::unique_ptr<reference::ReferenceForward> forward_;
   std::unique_ptr<RoutingLogWriter> routing_log_;
+  std::unique_ptr<tbb::global_control> thread_limit_;
   std::string backend_name_;
   int n_ctx_ = 0;
   double load_seconds_ = 0;

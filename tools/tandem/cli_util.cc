@@ -31,6 +31,9 @@ void AddEngineFlags(CLI::App* cmd, engine::EngineOptions* options) {
   cmd->add_option("--ctx", options->n_ctx,
                   "Context length in tokens (0: the model's training context, at most 4096)")
       ->capture_default_str();
+  cmd->add_option("--threads", options->threads, "CPU threads (0: every core)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--tokenizer", options->tokenizer,
                   "A tokenizer.json to use instead of the model's own tokenizer");
   cmd->add_option("--routing-log", options->routing_log,
