@@ -5,7 +5,6 @@
 #include "runtime/model/synth.h"
 
 #include <algorithm>
-#include <atomic>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -366,6 +365,26 @@ GgmlType* MixField(QuantMix* mix, QuantCategory category) {
   return nullptr;
 }
 
+// Sums the bytes that worker threads finish and reports the running total, in increasing order,
+// to a ProgressFn (which need not be thread-safe).
+class ProgressCounter {
+ public:
+  ProgressCounter(const ProgressFn& progress, uint64_t total)
+      : progress_(progress), total_(total) {}
+  void Add(uint64_t bytes) {
+    if (!progress_) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    done_ += bytes;
+    progress_(done_, total_);
+  }
+
+ private:
+  const ProgressFn& progress_;
+  const uint64_t total_;
+  std::mutex mu_;
+  uint64_t done_ = 0;
+};
+
 class SynthModel : public Model {
  public:
   SynthModel(const SynthPlan& plan, std::string source) {
@@ -378,15 +397,8 @@ class SynthModel : public Model {
   absl::Status Materialize(const SynthPlan& plan, uint64_t randomize_threshold,
                            const ProgressFn& progress) {
     buffers_.resize(tensors_.size());
-    std::atomic<uint64_t> done{0};
-    std::mutex progress_mu;
-    auto on_bytes = [&](uint64_t bytes) {
-      const uint64_t now = done.fetch_add(bytes) + bytes;
-      if (progress) {
-        std::lock_guard<std::mutex> lock(progress_mu);
-        progress(now, plan.total_bytes);
-      }
-    };
+    ProgressCounter counter(progress, plan.total_bytes);
+    auto on_bytes = [&counter](uint64_t bytes) { counter.Add(bytes); };
     for (size_t i = 0; i < tensors_.size(); ++i) {
       buffers_[i] =
           std::make_unique_for_overwrite<uint8_t[]>(std::max<uint64_t>(tensors_[i].nbytes, 1));
@@ -587,8 +599,8 @@ absl::Status GenerateSynthTensor(const SynthPlan& plan, size_t index, uint64_t r
   const int64_t chunk_rows =
       std::max<int64_t>(1, static_cast<int64_t>(kChunkBytes / std::max<uint64_t>(row_bytes, 1)));
   const int64_t n_chunks = (rows + chunk_rows - 1) / chunk_rows;
-  // Big block-quantised tensors get valid random blocks at the target RMS instead of an exact
-  // quantisation of Gaussian floats: same statistics for a matmul, memory-speed generation.
+  // Big zero-mean tensors get valid random blocks at the target RMS instead of an exact
+  // quantisation of Gaussian floats: the same statistics for a matmul, at memory speed.
   const bool randomize = t.nbytes > randomize_threshold && !init.uniform && init.a == 0.0f;
   const int64_t block_elems = quant::GetTypeInfo(t.type).block_elems;
 
@@ -632,15 +644,8 @@ absl::StatusOr<std::unique_ptr<Model>> Synthesize(std::string_view shape_name,
 absl::Status WriteSynthGguf(std::string_view shape_name, const SynthOptions& options,
                             const std::string& path) {
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<SynthPlan> plan, PlanSynth(shape_name, options));
-  std::atomic<uint64_t> done{0};
-  std::mutex progress_mu;
-  auto on_bytes = [&](uint64_t bytes) {
-    const uint64_t now = done.fetch_add(bytes) + bytes;
-    if (options.progress) {
-      std::lock_guard<std::mutex> lock(progress_mu);
-      options.progress(now, plan->total_bytes);
-    }
-  };
+  ProgressCounter counter(options.progress, plan->total_bytes);
+  auto on_bytes = [&counter](uint64_t bytes) { counter.Add(bytes); };
   format::GgufWriter writer(plan->metadata);
   for (size_t i = 0; i < plan->tensors.size(); ++i) {
     const format::TensorInfo& t = plan->tensors[i];
