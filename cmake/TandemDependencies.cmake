@@ -8,7 +8,10 @@ find_package(CLI11 REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(HWLOC REQUIRED IMPORTED_TARGET hwloc)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
-pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
+# cpp-httplib's .pc file lists brotli/openssl/zlib as private requirements that a header-and-library
+# consumer does not need, so look up the header and the library directly.
+find_path(HTTPLIB_INCLUDE_DIR httplib.h REQUIRED)
+find_library(HTTPLIB_LIBRARY cpp-httplib REQUIRED)
 if(TANDEM_BUILD_TESTS)
   find_package(GTest REQUIRED)
 endif()

@@ -90,6 +90,7 @@ class Session {
   // Forgets the sequence (a new sequence id for the routing log).
   void Reset();
 
+  const Engine& engine() const { return *engine_; }
   SessionStats& stats() { return stats_; }
   const SessionStats& stats() const { return stats_; }
 

@@ -7,7 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "runtime/text/chat.h"
 #include "runtime/text/sampler.h"
-#include "runtime/text/stop_strings.h"
+#include "runtime/engine/generate.h"
 #include "tools/tandem/cli_util.h"
 #include "tools/tandem/commands.h"
 
@@ -27,86 +27,27 @@ struct RunArgs {
   bool show_stats = true;
 };
 
-enum class StopReason { kEos, kMaxTokens, kStopString, kContextFull };
-
-const char* StopReasonName(StopReason r) {
-  switch (r) {
-    case StopReason::kEos: return "end of generation token";
-    case StopReason::kMaxTokens: return "max tokens";
-    case StopReason::kStopString: return "stop string";
-    case StopReason::kContextFull: return "context full";
-  }
-  return "";
-}
-
-// Prefills `prompt_tokens` after what the session holds, then samples until a stop. Streams text
-// to stdout; returns the generated text.
-absl::StatusOr<std::string> Generate(engine::Engine& engine, engine::Session& session,
-                                     text::Sampler& sampler, const RunArgs& args,
-                                     std::span<const int32_t> prompt_tokens, StopReason* reason,
-                                     int* generated) {
-  const text::Tokenizer& tok = *engine.tokenizer();
-  if (session.n_past() + static_cast<int>(prompt_tokens.size()) >= session.n_ctx()) {
-    return absl::OutOfRangeError(absl::StrCat(
-        "the prompt (", prompt_tokens.size(), " tokens, ", session.n_past(),
-        " already in context) does not fit the context of ", session.n_ctx(),
-        " tokens; raise --ctx"));
-  }
-  const auto t0 = std::chrono::steady_clock::now();
-  std::vector<float> logits;
-  absl::Status s = session.Prefill(prompt_tokens, false, &logits);
-  if (!s.ok()) return s;
-  for (int32_t t : prompt_tokens) sampler.Accept(t);
-  text::StreamingDecoder decoder(tok);
-  text::StopStringMatcher stops(args.stops);
-  std::string out;
-  auto emit = [&out](const std::string& piece) {
-    if (piece.empty()) return;
-    std::fwrite(piece.data(), 1, piece.size(), stdout);
-    std::fflush(stdout);
-    out += piece;
-  };
-  *reason = StopReason::kMaxTokens;
-  for (int i = 0; i < args.n_predict; ++i) {
-    auto next = sampler.Sample(logits);
-    if (!next.ok()) return next.status();
-    if (i == 0) {
-      session.stats().time_to_first_token =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    }
-    sampler.Accept(*next);
-    ++*generated;
-    if (!args.ignore_eos && tok.IsEndOfGeneration(*next)) {
-      *reason = StopReason::kEos;
-      break;
-    }
-    text::StopStringMatcher::Result r = stops.Push(decoder.Push(*next));
-    emit(r.text);
-    if (r.stopped) {
-      *reason = StopReason::kStopString;
-      break;
-    }
-    if (i + 1 == args.n_predict) break;
-    if (session.n_past() + 1 > session.n_ctx()) {
-      *reason = StopReason::kContextFull;
-      break;
-    }
-    s = session.Decode(*next, &logits);
-    if (!s.ok()) return s;
-  }
-  if (*reason != StopReason::kStopString) emit(stops.Push(decoder.Flush()).text + stops.Flush());
-  return out;
-}
-
 void PrintStats(const engine::Engine& engine, const engine::Session& session, int generated,
-                StopReason reason) {
+                engine::StopReason reason) {
   const engine::SessionStats& st = session.stats();
   std::fprintf(stderr,
                "\n[%s backend] load %.2f s | prompt %d tok, %.1f tok/s | generated %d tok, "
                "decode %.2f tok/s over %d steps | first token %.3f s | stop: %s\n",
                engine.backend_name().c_str(), engine.load_seconds(), st.prompt_tokens,
                st.prompt_tok_s(), generated, st.decode_tok_s(), st.decode_steps,
-               st.time_to_first_token, StopReasonName(reason));
+               st.time_to_first_token, engine::StopReasonName(reason));
+}
+
+engine::GenerateOptions GenerateOptionsOf(const RunArgs& args) {
+  engine::GenerateOptions o;
+  o.max_tokens = args.n_predict;
+  o.stop_strings = args.stops;
+  o.ignore_eos = args.ignore_eos;
+  o.on_text = [](const std::string& piece) {
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
+  };
+  return o;
 }
 
 int RunOnce(const RunArgs& args) {
@@ -127,12 +68,10 @@ int RunOnce(const RunArgs& args) {
     if (!ids.ok()) return Fail(ids.status());
     if (ids->empty()) return Fail(absl::InvalidArgumentError("the prompt is empty"));
     std::fwrite(args.prompt.data(), 1, args.prompt.size(), stdout);
-    StopReason reason;
-    int generated = 0;
-    auto text = Generate(**engine, *session, *sampler, args, *ids, &reason, &generated);
-    if (!text.ok()) return Fail(text.status());
+    auto result = engine::Generate(*session, *sampler, *ids, GenerateOptionsOf(args));
+    if (!result.ok()) return Fail(result.status());
     std::fputc('\n', stdout);
-    if (args.show_stats) PrintStats(**engine, *session, generated, reason);
+    if (args.show_stats) PrintStats(**engine, *session, result->tokens.size(), result->stop);
     return 0;
   }
 
@@ -161,11 +100,10 @@ int RunOnce(const RunArgs& args) {
     }
     auto ids = tok.Encode(std::string_view(*full).substr(rendered.size()), true);
     if (!ids.ok()) return Fail(ids.status());
-    StopReason reason;
-    int generated = 0;
-    auto reply = Generate(**engine, *session, *sampler, args, *ids, &reason, &generated);
-    if (!reply.ok()) return Fail(reply.status());
+    auto result = engine::Generate(*session, *sampler, *ids, GenerateOptionsOf(args));
+    if (!result.ok()) return Fail(result.status());
     std::fputc('\n', stdout);
+    const std::string* reply = &result->text;
     history.push_back({"assistant", *reply});
     auto closed = fmt->Format(history, false);
     if (!closed.ok()) return Fail(closed.status());
@@ -180,7 +118,7 @@ int RunOnce(const RunArgs& args) {
         rendered = *closed;
       }
     }
-    if (args.show_stats) PrintStats(**engine, *session, generated, reason);
+    if (args.show_stats) PrintStats(**engine, *session, result->tokens.size(), result->stop);
   }
   return 0;
 }
