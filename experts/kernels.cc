@@ -1,0 +1,39 @@
+// Kernel dispatch and activation quantisation (see kernels.h).
+#include "experts/kernels.h"
+
+#include "experts/kernels_internal.h"
+#include "runtime/quant/q8_0.h"
+#include "runtime/quant/q8_k.h"
+
+namespace tandem::experts {
+
+bool SupportsFormat(quant::GgmlType type) { return GetScalarKernel(type) != nullptr; }
+
+quant::GgmlType ActivationType(quant::GgmlType type) {
+  return quant::GetTypeInfo(type).block_elems == quant::kQK_K ? quant::GgmlType::kQ8_K
+                                                              : quant::GgmlType::kQ8_0;
+}
+
+int64_t ActivationRowBytes(quant::GgmlType type, int64_t n) {
+  return quant::RowBytes(ActivationType(type), n);
+}
+
+void QuantizeActivations(quant::GgmlType type, const float* x, int64_t n, uint8_t* dst) {
+  if (ActivationType(type) == quant::GgmlType::kQ8_K) {
+    quant::QuantizeBlocks(x, reinterpret_cast<quant::BlockQ8K*>(dst), n / quant::kQK_K);
+  } else {
+    quant::QuantizeBlocks(x, reinterpret_cast<quant::BlockQ8_0*>(dst), n / quant::kQK);
+  }
+}
+
+DotFn GetDotKernel(Isa isa, quant::GgmlType type) {
+  if (!CpuSupports(isa)) return nullptr;
+  switch (isa) {
+    case Isa::kScalar: return GetScalarKernel(type);
+    case Isa::kAvx2: return GetAvx2Kernel(type);
+    case Isa::kAvx512: return GetAvx512Kernel(type);
+  }
+  return nullptr;
+}
+
+}  // namespace tandem::experts

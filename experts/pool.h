@@ -1,0 +1,112 @@
+// The CPU expert pool: runs one layer's routed experts (a list of (row, expert, weight) jobs) on
+// pinned threads with quantised kernels, adding Σ weight · expert(x[row]) into out[row].
+// Threads come from a oneTBB task_arena (workers pinned to cores with hwloc; the calling thread,
+// which also works, keeps its own core). Workers spin for a window after each layer, then leave the
+// arena so that other TBB work can use the cores; scratch is mimalloc memory that only grows when a
+// larger layer shape arrives, so steady-state layers allocate nothing. Must not depend on
+// runtime/reference or engine: callers (engine, bench) wire it in.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "experts/isa.h"
+#include "experts/kernels.h"
+#include "runtime/format/tensor_info.h"
+#include "runtime/quant/ggml_type.h"
+
+namespace tandem::experts {
+
+// One stacked expert tensor as GGUF stores it: n_expert slabs of `rows` rows of `cols` elements.
+struct ExpertTensor {
+  const uint8_t* data = nullptr;
+  quant::GgmlType type = quant::GgmlType::kF32;
+  int64_t cols = 0;          // ne[0]: elements per row
+  int64_t rows = 0;          // ne[1]: rows per expert
+  int64_t row_bytes = 0;
+  int64_t expert_bytes = 0;  // rows * row_bytes
+  const uint8_t* Expert(int64_t e) const { return data + e * expert_bytes; }
+};
+
+// gate/up: [hidden, n_ff, n_expert]; down: [n_ff, hidden, n_expert] (ggml order).
+struct ExpertWeights {
+  ExpertTensor gate, up, down;
+  int64_t hidden = 0, n_ff = 0, n_expert = 0;
+
+  // Bytes of one expert (gate + up + down).
+  int64_t ExpertBytes() const { return gate.expert_bytes + up.expert_bytes + down.expert_bytes; }
+
+  // Validates shapes and types (every type SupportsFormat, gate and up alike, block sizes
+  // dividing hidden and n_ff) and that the bytes are in memory.
+  static absl::StatusOr<ExpertWeights> FromTensors(const format::TensorInfo& gate,
+                                                   const format::TensorInfo& up,
+                                                   const format::TensorInfo& down);
+  // The same over raw buffers laid out like the tensors above.
+  static absl::StatusOr<ExpertWeights> FromBuffers(quant::GgmlType gate_up_type,
+                                                   quant::GgmlType down_type, int64_t hidden,
+                                                   int64_t n_ff, int64_t n_expert,
+                                                   const uint8_t* gate, const uint8_t* up,
+                                                   const uint8_t* down);
+};
+
+struct ExpertJob {
+  int32_t row = 0;
+  int32_t expert = 0;
+  float weight = 0;
+};
+
+// How long (µs) idle workers spin waiting for the next layer before leaving the arena.
+// 200 µs covers the gap between two layers of a decode step (the mixer half of a Flash-Next layer
+// on the GPU, or a reference attention layer on the CPU) so back-to-back layers never pay the
+// TBB wake-up; `tandem bench experts` reports both the spinning and the cold dispatch cost
+// (docs/perf/experts.md).
+inline constexpr int kDefaultSpinMicros = 200;
+
+struct PoolOptions {
+  int threads = 0;           // compute threads including the caller; 0: every core
+  std::string isa = "auto";  // auto | avx512 | avx2 | scalar
+  int spin_us = kDefaultSpinMicros;
+  bool pin = true;           // pin workers to cores with hwloc
+};
+
+class ExpertPool {
+ public:
+  static absl::StatusOr<std::unique_ptr<ExpertPool>> Create(const PoolOptions& options);
+  ~ExpertPool();
+  ExpertPool(const ExpertPool&) = delete;
+  ExpertPool& operator=(const ExpertPool&) = delete;
+
+  // out[r][c] += Σ_{jobs with row r} weight · down(silu(gate·x[r]) ⊙ up·x[r])[c] for x, out of
+  // n_rows × hidden floats. An expert chosen by several rows is read once per 8 of them; every
+  // expert is split across all threads (gate/up rows, then down rows).
+  absl::Status Run(const ExpertWeights& w, std::span<const ExpertJob> jobs, const float* x,
+                   int n_rows, float* out);
+
+  // Dispatch and join of a job with no work items: the pool's fixed cost per layer.
+  void RunEmpty();
+
+  int threads() const { return n_workers_ + 1; }
+  Isa isa() const { return isa_; }
+  int spin_us() const { return spin_us_; }
+
+ private:
+  struct Impl;
+  ExpertPool() = default;
+  void Post(uint32_t total_items);
+  void Participate(uint64_t epoch);
+  void WorkerMain();
+  void EnsureWorkers();
+  void RunItem(uint32_t item);
+
+  Isa isa_ = Isa::kScalar;
+  int n_workers_ = 0;
+  int spin_us_ = 0;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tandem::experts

@@ -1,0 +1,52 @@
+// Shared helpers of the expert tests: random inputs, the fp32 reference of one expert, and the
+// normalised error used for every bound.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "runtime/quant/codec.h"
+#include "runtime/quant/ggml_type.h"
+
+namespace tandem::experts {
+
+inline std::vector<float> RandomFloats(size_t n, uint64_t seed, float scale = 1.0f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+inline std::vector<uint8_t> RandomWeights(quant::GgmlType type, int64_t rows, int64_t cols,
+                                          uint64_t seed) {
+  std::vector<uint8_t> bytes(static_cast<size_t>(quant::RowBytes(type, cols) * rows));
+  const int64_t blocks = rows * cols / quant::GetTypeInfo(type).block_elems;
+  quant::RandomizeBlocks(type, seed, 0.05f, bytes.data(), blocks);
+  return bytes;
+}
+
+// ||got - want|| / ||want||.
+inline double NormalisedError(const float* got, const float* want, size_t n) {
+  double diff = 0, ref = 0;
+  for (size_t i = 0; i < n; ++i) {
+    diff += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
+    ref += static_cast<double>(want[i]) * want[i];
+  }
+  return std::sqrt(diff / ref);
+}
+
+// Rows [first, first + n) of a weight matrix of `cols` columns decoded to fp32.
+inline std::vector<float> DecodeRows(quant::GgmlType type, const uint8_t* data, int64_t cols,
+                                     int64_t first, int64_t n) {
+  std::vector<float> out(static_cast<size_t>(n * cols));
+  const int64_t row_bytes = quant::RowBytes(type, cols);
+  for (int64_t r = 0; r < n; ++r) {
+    quant::DequantizeRow(type, data + (first + r) * row_bytes, &out[r * cols], cols);
+  }
+  return out;
+}
+
+}  // namespace tandem::experts
