@@ -11,5 +11,9 @@ void RegisterSynth(CLI::App& app, int* exit_code);
 void RegisterRun(CLI::App& app, int* exit_code);
 void RegisterLogits(CLI::App& app, int* exit_code);
 void RegisterConvert(CLI::App& app, int* exit_code);
+void RegisterCensus(CLI::App& app, int* exit_code);
+void RegisterPlan(CLI::App& app, int* exit_code);
+void RegisterReplay(CLI::App& app, int* exit_code);
+void RegisterTraces(CLI::App& app, int* exit_code);
 
 }  // namespace tandem::cli

@@ -17,6 +17,10 @@ int main(int argc, char** argv) {
   tandem::cli::RegisterInspect(app, &exit_code);
   tandem::cli::RegisterConvert(app, &exit_code);
   tandem::cli::RegisterSynth(app, &exit_code);
+  tandem::cli::RegisterTraces(app, &exit_code);
+  tandem::cli::RegisterCensus(app, &exit_code);
+  tandem::cli::RegisterPlan(app, &exit_code);
+  tandem::cli::RegisterReplay(app, &exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }
