@@ -9,6 +9,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/text/utf8.h"
+#include "runtime/text/vocabulary.h"
 
 namespace tandem::model {
 namespace {
@@ -195,28 +197,16 @@ std::vector<std::string> SplitPieces(std::string_view text) {
   return pieces;
 }
 
-void AppendUtf8(char32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
 
 // Bytes in GPT-2 id order: the printable bytes first, then the remapped ones.
 std::vector<uint8_t> BytesInTokenOrder() {
   std::vector<uint8_t> order;
   for (int b = 0; b < 256; ++b) {
-    if (ByteToUnicode(static_cast<uint8_t>(b)) == static_cast<char32_t>(b))
+    if (text::ByteToUnicode(static_cast<uint8_t>(b)) == static_cast<char32_t>(b))
       order.push_back(static_cast<uint8_t>(b));
   }
   for (int b = 0; b < 256; ++b) {
-    if (ByteToUnicode(static_cast<uint8_t>(b)) != static_cast<char32_t>(b))
+    if (text::ByteToUnicode(static_cast<uint8_t>(b)) != static_cast<char32_t>(b))
       order.push_back(static_cast<uint8_t>(b));
   }
   return order;
@@ -226,7 +216,7 @@ SynthVocab BuildBaseVocab() {
   SynthVocab v;
   std::set<std::string> known;
   for (uint8_t b : BytesInTokenOrder()) {
-    v.tokens.push_back(ByteToken(b));
+    v.tokens.push_back(std::string(text::ByteToUnicodeUtf8(b)));
     v.token_types.push_back(kTokenNormal);
     known.insert(v.tokens.back());
   }
@@ -235,7 +225,7 @@ SynthVocab BuildBaseVocab() {
   std::map<std::vector<std::string>, int> words;
   for (const std::string& piece : SplitPieces(kTrainingText)) {
     std::vector<std::string> symbols;
-    for (unsigned char c : piece) symbols.push_back(ByteToken(c));
+    for (unsigned char c : piece) symbols.push_back(std::string(text::ByteToUnicodeUtf8(c)));
     ++words[symbols];
   }
   for (int m = 0; m < kMaxMerges; ++m) {
@@ -294,24 +284,6 @@ const char kSynthChatTemplate[] =
     "}}"
     "{% endif %}";
 
-char32_t ByteToUnicode(uint8_t b) {
-  const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
-  if (printable) return b;
-  // The 68 others, ascending, map to U+0100 + k.
-  int k = 0;
-  for (int x = 0; x < b; ++x) {
-    const bool p = (x >= 0x21 && x <= 0x7E) || (x >= 0xA1 && x <= 0xAC) || x >= 0xAE;
-    if (!p) ++k;
-  }
-  return static_cast<char32_t>(0x100 + k);
-}
-
-std::string ByteToken(uint8_t b) {
-  std::string s;
-  AppendUtf8(ByteToUnicode(b), &s);
-  return s;
-}
-
 const SynthVocab& BaseSynthVocab() {
   static const SynthVocab* vocab = new SynthVocab(BuildBaseVocab());
   return *vocab;
@@ -323,36 +295,24 @@ int TinyVocabSize() {
 }
 
 void AddSynthTokenizerMetadata(int n_vocab, Arch arch, format::Metadata* md) {
-  using format::Value;
   const SynthVocab& base = BaseSynthVocab();
-  std::vector<std::string> tokens = base.tokens;
-  std::vector<int32_t> types = base.token_types;
-  tokens.reserve(n_vocab);
-  types.reserve(n_vocab);
-  for (int i = static_cast<int>(tokens.size()); i < n_vocab; ++i) {
-    tokens.push_back(absl::StrCat("[PAD", i, "]"));
-    types.push_back(kTokenUnused);
+  text::Vocabulary v;
+  v.tokens = base.tokens;
+  for (int32_t t : base.token_types) v.types.push_back(static_cast<text::TokenType>(t));
+  for (int i = static_cast<int>(v.tokens.size()); i < n_vocab; ++i) {
+    v.tokens.push_back(absl::StrCat("[PAD", i, "]"));
+    v.types.push_back(text::TokenType::kUnused);
   }
-  auto string_array = [](std::vector<std::string> v) {
-    format::Array a;
-    a.elem_type = format::ValueType::kString;
-    a.values = std::move(v);
-    return Value::Arr(std::move(a));
-  };
-  format::Array type_array;
-  type_array.elem_type = format::ValueType::kInt32;
-  type_array.values = std::move(types);
-
-  md->Set("tokenizer.ggml.model", Value::Str("gpt2"));
-  md->Set("tokenizer.ggml.pre", Value::Str(arch == Arch::kQwen35Moe ? "qwen35" : "qwen2"));
-  md->Set("tokenizer.ggml.tokens", string_array(std::move(tokens)));
-  md->Set("tokenizer.ggml.token_type", Value::Arr(std::move(type_array)));
-  md->Set("tokenizer.ggml.merges", string_array(base.merges));
-  md->Set("tokenizer.ggml.bos_token_id", Value::U32(static_cast<uint32_t>(base.bos_id)));
-  md->Set("tokenizer.ggml.eos_token_id", Value::U32(static_cast<uint32_t>(base.eos_id)));
-  md->Set("tokenizer.ggml.padding_token_id", Value::U32(static_cast<uint32_t>(base.pad_id)));
-  md->Set("tokenizer.ggml.add_bos_token", Value::Bool(false));
-  md->Set("tokenizer.chat_template", Value::Str(kSynthChatTemplate));
+  for (const std::string& m : base.merges) {
+    const size_t space = m.find(' ', 1);
+    v.merges.emplace_back(m.substr(0, space), m.substr(space + 1));
+  }
+  v.bos_id = base.bos_id;
+  v.eos_id = base.eos_id;
+  v.pad_id = base.pad_id;
+  v.pre = arch == Arch::kQwen35Moe ? text::PreTokenizerKind::kQwen35 : text::PreTokenizerKind::kQwen2;
+  v.chat_template = kSynthChatTemplate;
+  v.AppendToGgufMetadata(md);
 }
 
 }  // namespace tandem::model

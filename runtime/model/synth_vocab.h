@@ -32,11 +32,6 @@ struct SynthVocab {
   int32_t pad_id = 0;               // <|endoftext|>
 };
 
-// The GPT-2 byte-to-unicode mapping: the code point that byte `b` becomes.
-char32_t ByteToUnicode(uint8_t b);
-// UTF-8 encoding of the mapped code point of `b`.
-std::string ByteToken(uint8_t b);
-
 // Byte tokens, learned merges and the five special tokens, without padding. Built once.
 const SynthVocab& BaseSynthVocab();
 // Smallest vocabulary size, a multiple of 32, that holds the base vocabulary.
