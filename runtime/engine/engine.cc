@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "experts/pool.h"
 #include "runtime/base/status_macros.h"
 
 namespace tandem::engine {
@@ -33,21 +35,55 @@ uint64_t ModelFingerprint(const model::Model& model) {
   return h;
 }
 
+namespace {
+
+// The cpu backend's bridge from the reference forward pass to the expert pool. Each layer's
+// expert tensors are validated once, on first use (an unsupported format fails the forward pass
+// with the pool's message naming it).
+class PoolExpertComputer : public reference::ExpertComputer {
+ public:
+  PoolExpertComputer(std::unique_ptr<experts::ExpertPool> pool, int n_layer)
+      : pool_(std::move(pool)), layers_(n_layer) {}
+
+  absl::Status ComputeExperts(int layer, const format::TensorInfo& gate_exps,
+                              const format::TensorInfo& up_exps,
+                              const format::TensorInfo& down_exps,
+                              std::span<const reference::ExpertJob> jobs, const float* x, int T,
+                              float* out) override {
+    std::optional<experts::ExpertWeights>& w = layers_[layer];
+    if (!w) {
+      TANDEM_ASSIGN_OR_RETURN(w, experts::ExpertWeights::FromTensors(gate_exps, up_exps, down_exps));
+    }
+    jobs_.resize(jobs.size());
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      jobs_[i] = {jobs[i].row, jobs[i].expert, jobs[i].weight};
+    }
+    return pool_->Run(*w, jobs_, x, T, out);
+  }
+
+ private:
+  std::unique_ptr<experts::ExpertPool> pool_;
+  std::vector<std::optional<experts::ExpertWeights>> layers_;
+  std::vector<experts::ExpertJob> jobs_;
+};
+
+}  // namespace
+
 Engine::~Engine() = default;
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
   auto engine = std::unique_ptr<Engine>(new Engine());
-  if (options.backend != "auto" && options.backend != "reference") {
-    if (options.backend == "cpu" || options.backend == "cuda") {
+  if (options.backend != "auto" && options.backend != "reference" && options.backend != "cpu") {
+    if (options.backend == "cuda") {
       return absl::UnimplementedError(absl::StrCat(
           "backend '", options.backend,
-          "' is not part of this build yet; use --backend reference (the fp32 CPU oracle)"));
+          "' is not part of this build yet; use --backend cpu, or --backend reference (the fp32 CPU oracle)"));
     }
     return absl::InvalidArgumentError(absl::StrCat(
         "unknown backend '", options.backend, "' (choose auto, reference, cpu or cuda)"));
   }
-  engine->backend_name_ = "reference";
+  engine->backend_name_ = options.backend == "cpu" ? "cpu" : "reference";
   if (options.threads < 0) {
     return absl::InvalidArgumentError(absl::StrCat("--threads ", options.threads, " is negative"));
   }
@@ -61,6 +97,14 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& option
   TANDEM_ASSIGN_OR_RETURN(engine->model_, model::OpenModel(options.model, open));
   const model::HParams& hp = engine->model_->hparams();
   TANDEM_ASSIGN_OR_RETURN(engine->forward_, reference::ReferenceForward::Create(*engine->model_));
+  if (engine->backend_name_ == "cpu") {
+    experts::PoolOptions pool_options;
+    pool_options.threads = options.threads;
+    pool_options.isa = options.cpu_isa;
+    TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<experts::ExpertPool> pool,
+                            experts::ExpertPool::Create(pool_options));
+    engine->expert_computer_ = std::make_unique<PoolExpertComputer>(std::move(pool), hp.n_layer);
+  }
 
   // Tokenizer: an explicit tokenizer.json, else the GGUF's own keys, else tokenizer.json beside an
   // HF checkpoint. A model without one still serves token-id interfaces.
@@ -129,6 +173,7 @@ absl::Status Session::Run(std::span<const int32_t> tokens, bool all_logits,
   const int T = static_cast<int>(tokens.size());
   reference::ForwardOptions options;
   options.all_logits = all_logits;
+  options.experts = engine_->expert_computer_.get();
   RoutingLogWriter* log = engine_->routing_log_.get();
   const int k = hp.n_expert_used;
   if (log != nullptr) {

@@ -1,6 +1,7 @@
 // The public engine API: load a model once (Engine), run sequences on it (Session). A session owns
 // its caches and statistics; the engine owns weights, tokenizer and the backend. Backends today:
-// `reference` (the fp32 oracle of runtime/reference). Requests for a backend this build does not
+// `reference` (the fp32 oracle of runtime/reference) and `cpu` (the same forward pass with the
+// routed experts computed by the quantised CPU expert pool of experts/). Requests for a backend this build does not
 // have fail with a clear message; nothing falls back silently to different math.
 #pragma once
 
@@ -27,6 +28,7 @@ struct EngineOptions {
   std::string backend = "auto";    // auto | reference | cpu | cuda
   int n_ctx = 0;                   // 0: the smaller of the model's training context and 4096
   int threads = 0;                 // CPU threads for the whole process; 0: every core
+  std::string cpu_isa = "auto";    // cpu backend kernels: auto | avx512 | avx2 | scalar
   std::string tokenizer;           // optional tokenizer.json overriding the model's own
   std::string routing_log;         // append routing decisions to this file when set
   model::ProgressFn progress;      // long loads and syntheses report here
@@ -69,6 +71,9 @@ class Engine {
   std::unique_ptr<model::Model> model_;
   std::optional<text::Tokenizer> tokenizer_;
   std::unique_ptr<reference::ReferenceForward> forward_;
+  // cpu backend: routed experts through the expert pool (null for the reference backend). One
+  // session runs at a time, as with the reference backend.
+  std::unique_ptr<reference::ExpertComputer> expert_computer_;
   std::unique_ptr<RoutingLogWriter> routing_log_;
   std::unique_ptr<tbb::global_control> thread_limit_;
   std::string backend_name_;

@@ -284,8 +284,8 @@ void ReferenceForward::DeltaNet(const Layer& w, LayerState& ls, int T, const flo
   MatMul(*w.ssm_out, 0, hp.n_embd, o.data(), T, out);
 }
 
-void ReferenceForward::Moe(const Layer& w, int il, int T, const float* x,
-                           const ForwardOptions& options, float* out) const {
+absl::Status ReferenceForward::Moe(const Layer& w, int il, int T, const float* x,
+                                   const ForwardOptions& options, float* out) const {
   const model::HParams& hp = hp_;
   const int E = hp.n_expert, k_used = hp.n_expert_used, n_ff = hp.n_ff_exp, H = hp.n_embd;
   std::vector<float> logits(static_cast<size_t>(T) * E);
@@ -323,6 +323,16 @@ void ReferenceForward::Moe(const Layer& w, int il, int T, const float* x,
 
   std::fill_n(out, static_cast<size_t>(T) * H, 0.0f);
   std::vector<float> xe, g, u, d;
+  if (options.experts != nullptr) {
+    std::vector<ExpertJob> jobs;
+    for (const auto& [e, rows] : chosen) {
+      for (const auto& [row, weight] : rows) jobs.push_back({row, e, weight});
+    }
+    absl::Status s = options.experts->ComputeExperts(il, *w.gate_exps, *w.up_exps, *w.down_exps,
+                                                     jobs, x, T, out);
+    if (!s.ok()) return s;
+    chosen.clear();
+  }
   for (const auto& [e, rows] : chosen) {
     const int m = static_cast<int>(rows.size());
     xe.resize(static_cast<size_t>(m) * H);
@@ -356,6 +366,7 @@ void ReferenceForward::Moe(const Layer& w, int il, int T, const float* x,
       for (int c = 0; c < H; ++c) o[c] += gate * d[static_cast<size_t>(t) * H + c];
     }
   }
+  return absl::OkStatus();
 }
 
 absl::Status ReferenceForward::Forward(std::span<const int32_t> tokens, SequenceState& state,
@@ -397,7 +408,7 @@ absl::Status ReferenceForward::Forward(std::span<const int32_t> tokens, Sequence
       RmsNorm(&x[static_cast<size_t>(t) * H], F32(w.post_norm), H, hp.rms_eps,
               &h[static_cast<size_t>(t) * H]);
     }
-    Moe(w, il, T, h.data(), options, tmp.data());
+    if (absl::Status s = Moe(w, il, T, h.data(), options, tmp.data()); !s.ok()) return s;
     for (size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
   }
   state.n_past += T;

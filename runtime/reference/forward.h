@@ -23,10 +23,32 @@ namespace tandem::reference {
 using RoutingHook = std::function<void(int layer, int row, std::span<const int32_t> experts,
                                        std::span<const float> weights)>;
 
+// One routed expert of one token in a layer: out[row] += weight · expert(x[row]).
+struct ExpertJob {
+  int32_t row = 0;
+  int32_t expert = 0;
+  float weight = 0;
+};
+
+// A faster computer of the routed experts (the CPU expert pool, wired in by the engine); the
+// reference itself knows nothing of how it works. It must add Σ weight · expert(x[row]) into
+// out (T x n_embd, zeroed by the caller) for the stacked expert tensors of `layer`.
+class ExpertComputer {
+ public:
+  virtual ~ExpertComputer() = default;
+  virtual absl::Status ComputeExperts(int layer, const format::TensorInfo& gate_exps,
+                                      const format::TensorInfo& up_exps,
+                                      const format::TensorInfo& down_exps,
+                                      std::span<const ExpertJob> jobs, const float* x, int T,
+                                      float* out) = 0;
+};
+
 struct ForwardOptions {
   // Which positions of the batch get logits: all of them, or only the last.
   bool all_logits = false;
   RoutingHook routing_hook;
+  // When set, routed experts run here instead of in fp32 (shared experts stay in fp32).
+  ExpertComputer* experts = nullptr;
 };
 
 class ReferenceForward {
@@ -78,8 +100,8 @@ class ReferenceForward {
   void Attention(const Layer& w, LayerState& ls, int n_past, int T, const float* x,
                  float* out) const;
   void DeltaNet(const Layer& w, LayerState& ls, int T, const float* x, float* out) const;
-  void Moe(const Layer& w, int il, int T, const float* x, const ForwardOptions& options,
-           float* out) const;
+  absl::Status Moe(const Layer& w, int il, int T, const float* x, const ForwardOptions& options,
+                   float* out) const;
 
   model::HParams hp_;
   const format::TensorInfo* token_embd_ = nullptr;
