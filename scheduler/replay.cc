@@ -1,6 +1,7 @@
 #include "scheduler/replay.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <numeric>
 #include <set>
@@ -116,7 +117,10 @@ PolicyResult ReplayCache(const CostInputs& in, const std::vector<int>& capacity,
       int hits = 0, misses = 0;
       for (uint16_t e : ids) (resident[size_t(l) * E + e] ? hits : misses)++;
       tally.Layer(l, hits, misses);
-      for (uint16_t e : ids) {
+      // Hits refresh their keys first, so that a miss of the same token never evicts them.
+      std::array<std::vector<uint16_t>, 2> by_kind;
+      for (uint16_t e : ids) by_kind[resident[size_t(l) * E + e] ? 0 : 1].push_back(e);
+      for (const std::vector<uint16_t>& kind : by_kind) for (uint16_t e : kind) {
         const size_t i = size_t(l) * E + e;
         if (capacity[l] <= 0) break;
         if (resident[i]) {

@@ -18,7 +18,7 @@ const std::vector<TracePreset>& Presets() {
     std::vector<TracePreset> v;
     TracePreset skewed;
     skewed.name = "census-skewed";  // ~41% of experts carry ~92% of routes
-    skewed.sigma_global = 1.75;
+    skewed.sigma_global = 1.55;  // 12x512 top-10, 8192 tokens: top 41% carry 92.2%
     skewed.sigma_domain = 0.3;
     skewed.sigma_sequence = 0.3;
     skewed.reuse_bonus = 1.0;
@@ -27,12 +27,15 @@ const std::vector<TracePreset>& Presets() {
     v.push_back(skewed);
     TracePreset mild;
     mild.name = "mild-skew-high-reuse";  // 45-51% for 90%; median reuse 2; static 70% vs 92%
+    // 12x512 top-10, 12288 tokens: 49.6% of experts for 90%, median reuse 2, static 75.2%,
+    // per-prompt 94.1% (the static set lands 5 points above the 70% target).
     mild.sigma_global = 1.0;
-    mild.sigma_domain = 1.0;
-    mild.sigma_sequence = 0.8;
-    mild.reuse_bonus = 2.5;
-    mild.reuse_decay = 2.0;
+    mild.sigma_domain = 0.3;
+    mild.sigma_sequence = 1.2;
+    mild.reuse_bonus = 1.8;
+    mild.reuse_decay = 1.5;
     mild.n_domains = 8;
+    mild.sequence_tokens = 1024;
     v.push_back(mild);
     return v;
   }();
