@@ -151,6 +151,7 @@ struct ExpertPool::Impl {
   alignas(64) std::atomic<uint32_t> done[4] = {};
   alignas(64) std::atomic<uint32_t> done_total{0};
   uint64_t epoch = 0;  // written by the caller only
+  bool noop = false;   // RunEmpty's job: items do nothing
 
   // The current job, stable while any of its items is not done.
   uint32_t phase_end[4] = {};  // cumulative item counts
@@ -314,8 +315,12 @@ void ExpertPool::Post(uint32_t total_items) {
 
 void ExpertPool::RunEmpty() {
   Impl& impl = *impl_;
-  impl.phase_end[0] = impl.phase_end[1] = impl.phase_end[2] = impl.phase_end[3] = 0;
-  Post(0);
+  // One no-op item per thread: the claim, completion count and join a real layer pays.
+  const uint32_t items = static_cast<uint32_t>(threads());
+  impl.noop = true;
+  impl.phase_end[0] = impl.phase_end[1] = impl.phase_end[2] = impl.phase_end[3] = items;
+  Post(items);
+  impl.noop = false;
 }
 
 absl::Status ExpertPool::Run(const ExpertWeights& w, std::span<const ExpertJob> jobs,
@@ -379,6 +384,7 @@ absl::Status ExpertPool::Run(const ExpertWeights& w, std::span<const ExpertJob> 
 
 void ExpertPool::RunItem(uint32_t item) {
   Impl& impl = *impl_;
+  if (impl.noop) return;
   const ExpertWeights& w = *impl.w;
   if (item < impl.phase_end[0]) {  // X
     QuantizeActivations(w.gate.type, impl.x + static_cast<int64_t>(item) * w.hidden, w.hidden,

@@ -87,7 +87,7 @@ class ExpertPool {
   absl::Status Run(const ExpertWeights& w, std::span<const ExpertJob> jobs, const float* x,
                    int n_rows, float* out);
 
-  // Dispatch and join of a job with no work items: the pool's fixed cost per layer.
+  // Dispatch and join of a job of one no-op item per thread: the pool's fixed cost per layer.
   void RunEmpty();
 
   int threads() const { return n_workers_ + 1; }

@@ -11,6 +11,7 @@ void RegisterSynth(CLI::App& app, int* exit_code);
 void RegisterRun(CLI::App& app, int* exit_code);
 void RegisterLogits(CLI::App& app, int* exit_code);
 void RegisterConvert(CLI::App& app, int* exit_code);
+void RegisterBench(CLI::App& app, int* exit_code);
 void RegisterCensus(CLI::App& app, int* exit_code);
 void RegisterPlan(CLI::App& app, int* exit_code);
 void RegisterReplay(CLI::App& app, int* exit_code);
