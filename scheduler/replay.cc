@@ -191,7 +191,7 @@ PolicyResult ReplayOnline(const CostInputs& in, uint64_t expert_budget,
 
 absl::Status CheckTraceMatchesPlan(const Plan& plan, const RoutingTrace& trace,
                                    const std::string& trace_name) {
-  const engine::RoutingLogHeader& h = trace.header;
+  const RoutingLogHeader& h = trace.header;
   if (int(h.n_layer) != plan.inputs.n_layer || int(h.n_expert) != plan.inputs.n_expert ||
       int(h.n_expert_used) != plan.inputs.k ||
       (plan.model_fingerprint != 0 && h.model_fingerprint != plan.model_fingerprint)) {

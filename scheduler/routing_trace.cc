@@ -20,26 +20,12 @@ uint64_t U64(const uint8_t* p) { return uint64_t{U32(p)} | uint64_t{U32(p + 4)} 
 uint16_t U16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | p[1] << 8); }
 
 // CRC-32 (IEEE, reflected, as zlib); the writer's twin, kept here so the reader needs no engine code.
-uint32_t Crc32(const uint8_t* data, size_t n) {
-  static const std::array<uint32_t, 256> table = [] {
-    std::array<uint32_t, 256> t{};
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
-      for (int b = 0; b < 8; ++b) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-      t[i] = c;
-    }
-    return t;
-  }();
-  uint32_t crc = ~0u;
-  for (size_t i = 0; i < n; ++i) crc = table[(crc ^ data[i]) & 0xFF] ^ (crc >> 8);
-  return ~crc;
-}
 
 constexpr size_t kFixedHeaderBytes = 44;  // up to the model name
 // Bound on layers*k so that a hostile header cannot ask for absurd record sizes.
 constexpr uint64_t kMaxRoutesPerToken = uint64_t{1} << 20;
 
-std::string Identity(const engine::RoutingLogHeader& h) {
+std::string Identity(const RoutingLogHeader& h) {
   return absl::StrFormat("%s (fingerprint %016x, %u layers, %u experts, top-%u)", h.model_name,
                          h.model_fingerprint, h.n_layer, h.n_expert, h.n_expert_used);
 }
@@ -50,7 +36,7 @@ absl::StatusOr<RoutingTrace> ParseRoutingLog(std::span<const uint8_t> bytes,
                                              const std::string& name) {
   const uint8_t* p = bytes.data();
   const size_t size = bytes.size();
-  if (size < 8 || std::memcmp(p, engine::kRoutingLogMagic, 8) != 0) {
+  if (size < 8 || std::memcmp(p, kRoutingLogMagic, 8) != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(name, ": not a Tandem routing log (bad magic; expected TNDMRLOG)"));
   }
@@ -59,10 +45,10 @@ absl::StatusOr<RoutingTrace> ParseRoutingLog(std::span<const uint8_t> bytes,
                                                    size, " bytes)"));
   }
   const uint32_t version = U32(p + 8);
-  if (version != engine::kRoutingLogVersion) {
+  if (version != kRoutingLogVersion) {
     return absl::InvalidArgumentError(absl::StrCat(name, ": routing log format version ", version,
                                                    " is not supported (this build reads version ",
-                                                   engine::kRoutingLogVersion, ")"));
+                                                   kRoutingLogVersion, ")"));
   }
   const uint32_t header_bytes = U32(p + 12);
   const uint32_t name_len = U32(p + 40);
@@ -71,11 +57,11 @@ absl::StatusOr<RoutingTrace> ParseRoutingLog(std::span<const uint8_t> bytes,
                                                    " is inconsistent (model name ", name_len,
                                                    " bytes, file ", size, " bytes)"));
   }
-  if (Crc32(p, header_bytes - 4) != U32(p + header_bytes - 4)) {
+  if (Crc32(std::span(p, header_bytes - 4)) != U32(p + header_bytes - 4)) {
     return absl::DataLossError(absl::StrCat(name, ": routing log header CRC mismatch"));
   }
   RoutingTrace trace;
-  engine::RoutingLogHeader& h = trace.header;
+  RoutingLogHeader& h = trace.header;
   h.n_layer = U32(p + 16);
   h.n_expert = U32(p + 20);
   h.n_expert_used = U32(p + 24);
@@ -108,7 +94,7 @@ absl::StatusOr<RoutingTrace> ParseRoutingLog(std::span<const uint8_t> bytes,
   size_t good = 0;
   while (size - offset >= record_bytes) {
     const uint8_t* r = p + offset;
-    if (U32(r) != engine::kRoutingRecordMagic || Crc32(r, record_bytes - 4) != U32(r + record_bytes - 4)) {
+    if (U32(r) != kRoutingRecordMagic || Crc32(std::span(r, record_bytes - 4)) != U32(r + record_bytes - 4)) {
       break;
     }
     bool ids_ok = true;
@@ -140,8 +126,8 @@ absl::StatusOr<RoutingTrace> ReadRoutingLog(const std::string& path) {
 }
 
 absl::Status MergeRoutingTrace(RoutingTrace* into, RoutingTrace more, const std::string& more_name) {
-  const engine::RoutingLogHeader& a = into->header;
-  const engine::RoutingLogHeader& b = more.header;
+  const RoutingLogHeader& a = into->header;
+  const RoutingLogHeader& b = more.header;
   if (a.model_fingerprint != b.model_fingerprint || a.n_layer != b.n_layer ||
       a.n_expert != b.n_expert || a.n_expert_used != b.n_expert_used) {
     return absl::FailedPreconditionError(

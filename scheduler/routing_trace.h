@@ -1,7 +1,7 @@
 // Reads routing logs (docs/formats/routing-log.md) into memory and merges several logs of one model.
 // The reader trusts nothing in the file: every size is checked before use, a torn or corrupt tail
 // ends the log with a warning, and a header it does not understand is an error naming the file.
-// It must not depend on the engine beyond the format constants in runtime/engine/routing_log.h.
+// It must not depend on the engine beyond the format constants in scheduler/routing_log.h.
 #pragma once
 
 #include <cstdint>
@@ -10,13 +10,13 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "runtime/engine/routing_log.h"
+#include "scheduler/routing_log.h"
 
 namespace tandem::scheduler {
 
 // Every routed decision of a log: for token t and layer l, k expert ids (router order) and weights.
 struct RoutingTrace {
-  engine::RoutingLogHeader header;
+  RoutingLogHeader header;
   std::vector<uint32_t> sequence;  // per token; unique across merged logs
   std::vector<uint32_t> position;  // per token
   std::vector<int32_t> token;      // per token

@@ -65,7 +65,7 @@ absl::StatusOr<TracePreset> FindTracePreset(const std::string& name) {
                                                  absl::StrJoin(TracePresetNames(), ", "), ")"));
 }
 
-RoutingTrace SynthesizeTrace(const engine::RoutingLogHeader& header, uint64_t tokens,
+RoutingTrace SynthesizeTrace(const RoutingLogHeader& header, uint64_t tokens,
                              const TracePreset& preset, uint64_t seed) {
   RoutingTrace trace;
   trace.header = header;

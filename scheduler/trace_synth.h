@@ -33,7 +33,7 @@ absl::StatusOr<TracePreset> FindTracePreset(const std::string& name);
 std::vector<std::string> TracePresetNames();
 
 // Generates `tokens` tokens of a model with the given header's layers/experts/k.
-RoutingTrace SynthesizeTrace(const engine::RoutingLogHeader& header, uint64_t tokens,
+RoutingTrace SynthesizeTrace(const RoutingLogHeader& header, uint64_t tokens,
                              const TracePreset& preset, uint64_t seed);
 
 // The calibration targets measured on a trace.

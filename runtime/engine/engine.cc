@@ -139,14 +139,26 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& option
   }
 
   if (!options.routing_log.empty()) {
-    RoutingLogHeader header;
+    scheduler::RoutingLogHeader header;
     header.n_layer = hp.n_layer;
     header.n_expert = hp.n_expert;
     header.n_expert_used = hp.n_expert_used;
     header.model_fingerprint = ModelFingerprint(*engine->model_);
     header.model_name = engine->model_->source();
     TANDEM_ASSIGN_OR_RETURN(engine->routing_log_,
-                            RoutingLogWriter::Open(options.routing_log, header));
+                            scheduler::RoutingLogWriter::Open(options.routing_log, header));
+  }
+  if (!options.placement.empty()) {
+    scheduler::PlacementOptions po;
+    po.source = options.placement;
+    po.vram_budget = options.vram_budget;
+    po.context = engine->n_ctx_;
+    po.replan_every = options.replan_every;
+    TANDEM_ASSIGN_OR_RETURN(engine->placement_,
+                            scheduler::OnlinePlacement::Create(
+                                *engine->model_, ModelFingerprint(*engine->model_), po));
+  } else if (options.replan_every != 0) {
+    return absl::InvalidArgumentError("--replan-every needs --placement auto or a plan.json");
   }
   engine->load_seconds_ = SecondsSince(t0);
   return engine;
@@ -174,9 +186,10 @@ absl::Status Session::Run(std::span<const int32_t> tokens, bool all_logits,
   reference::ForwardOptions options;
   options.all_logits = all_logits;
   options.experts = engine_->expert_computer_.get();
-  RoutingLogWriter* log = engine_->routing_log_.get();
+  scheduler::RoutingLogWriter* log = engine_->routing_log_.get();
+  scheduler::OnlinePlacement* placement = engine_->placement_.get();
   const int k = hp.n_expert_used;
-  if (log != nullptr) {
+  if (log != nullptr || placement != nullptr) {
     route_ids_.assign(static_cast<size_t>(T) * hp.n_layer * k, 0);
     route_weights_.assign(route_ids_.size(), 0.0f);
     options.routing_hook = [&](int layer, int row, std::span<const int32_t> ids,
@@ -188,15 +201,18 @@ absl::Status Session::Run(std::span<const int32_t> tokens, bool all_logits,
   }
   const int first_pos = state_.n_past;
   TANDEM_RETURN_IF_ERROR(engine_->forward_->Forward(tokens, state_, options, logits));
-  if (log != nullptr) {
-    for (int t = 0; t < T; ++t) {
-      for (int il = 0; il < hp.n_layer; ++il) {
-        const size_t base = (static_cast<size_t>(t) * hp.n_layer + il) * k;
-        log->SetLayer(il, std::span(route_ids_).subspan(base, k),
-                      std::span(route_weights_).subspan(base, k));
-      }
+  for (int t = 0; t < T && (log != nullptr || placement != nullptr); ++t) {
+    for (int il = 0; il < hp.n_layer; ++il) {
+      const size_t base = (static_cast<size_t>(t) * hp.n_layer + il) * k;
+      const auto ids = std::span(route_ids_).subspan(base, k);
+      const auto weights = std::span(route_weights_).subspan(base, k);
+      if (log != nullptr) log->SetLayer(il, ids, weights);
+      if (placement != nullptr) placement->Observe(il, ids, weights);
+    }
+    if (log != nullptr) {
       TANDEM_RETURN_IF_ERROR(log->WriteToken(sequence_id_, first_pos + t, tokens[t]));
     }
+    if (placement != nullptr) TANDEM_RETURN_IF_ERROR(placement->EndToken());
   }
   return absl::OkStatus();
 }

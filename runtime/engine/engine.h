@@ -16,7 +16,8 @@
 
 #include "absl/status/statusor.h"
 #include "oneapi/tbb/global_control.h"
-#include "runtime/engine/routing_log.h"
+#include "scheduler/online_placement.h"
+#include "scheduler/routing_log.h"
 #include "runtime/model/model.h"
 #include "runtime/reference/forward.h"
 #include "runtime/text/tokenizer.h"
@@ -31,6 +32,12 @@ struct EngineOptions {
   std::string cpu_isa = "auto";    // cpu backend kernels: auto | avx512 | avx2 | scalar
   std::string tokenizer;           // optional tokenizer.json overriding the model's own
   std::string routing_log;         // append routing decisions to this file when set
+  // Expert placement: "" (none), "auto" (planned from the routing seen while serving) or a
+  // plan.json from `tandem plan`. The residency table is what a GPU backend reads; with the CPU
+  // backends it only counts how many routes would have hit resident experts.
+  std::string placement;
+  int replan_every = 0;            // re-plan from observed routing every N tokens; 0: never
+  uint64_t vram_budget = 0;        // bytes; needed by placement auto and re-planning
   model::ProgressFn progress;      // long loads and syntheses report here
 };
 
@@ -64,6 +71,8 @@ class Engine {
   const std::vector<std::string>& notes() const { return notes_; }
 
   std::unique_ptr<Session> NewSession();
+  // Null without --placement.
+  const scheduler::OnlinePlacement* placement() const { return placement_.get(); }
 
  private:
   friend class Session;
@@ -74,7 +83,8 @@ class Engine {
   // cpu backend: routed experts through the expert pool (null for the reference backend). One
   // session runs at a time, as with the reference backend.
   std::unique_ptr<reference::ExpertComputer> expert_computer_;
-  std::unique_ptr<RoutingLogWriter> routing_log_;
+  std::unique_ptr<scheduler::RoutingLogWriter> routing_log_;
+  std::unique_ptr<scheduler::OnlinePlacement> placement_;
   std::unique_ptr<tbb::global_control> thread_limit_;
   std::string backend_name_;
   int n_ctx_ = 0;

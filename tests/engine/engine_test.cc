@@ -112,11 +112,11 @@ TEST(EngineTest, RoutingLogGetsOneRecordPerToken) {
   ASSERT_TRUE(session->Decode(8, &logits).ok());
   ASSERT_TRUE(session->Decode(9, &logits).ok());
   const model::HParams& hp = (*engine)->hparams();
-  RoutingLogHeader h;
+  scheduler::RoutingLogHeader h;
   h.n_layer = hp.n_layer;
   h.n_expert_used = hp.n_expert_used;
   h.model_name = kHfDir;
-  EXPECT_EQ(fs::file_size(log), EncodeRoutingLogHeader(h).size() + 7 * RoutingRecordBytes(h));
+  EXPECT_EQ(fs::file_size(log), scheduler::EncodeRoutingLogHeader(h).size() + 7 * scheduler::RoutingRecordBytes(h));
   fs::remove(log);
 }
 

@@ -91,7 +91,7 @@ TEST(ReplayTest, LruAndLfruEvictExactly) {
 TEST(ReplayTest, ForeignLogIsRefused) {
   const Plan plan = SmallPlan(std::vector<uint8_t>(16, 0));
   const std::string path = TempPath("sched_foreign");
-  engine::RoutingLogHeader other = SmallHeader(0xbad);
+  scheduler::RoutingLogHeader other = SmallHeader(0xbad);
   other.model_name = "synth:other";
   WriteLog(path, other, {{0, 0, {{0, 1}, {2, 3}}}});
   auto trace = ReadRoutingLog(path);

@@ -45,7 +45,7 @@ TEST(RoutingTraceTest, TornTailIsCutWithAWarning) {
   const std::string path = TempPath("sched_torn");
   WriteLog(path, SmallHeader(), ThreeTokens());
   std::vector<uint8_t> bytes = ReadAll(path);
-  const uint64_t rec = engine::RoutingRecordBytes(SmallHeader());
+  const uint64_t rec = scheduler::RoutingRecordBytes(SmallHeader());
   // Drop half of the last record: two whole records remain.
   bytes.resize(bytes.size() - rec / 2);
   auto trace = ParseRoutingLog(bytes, "torn.log");
@@ -55,7 +55,7 @@ TEST(RoutingTraceTest, TornTailIsCutWithAWarning) {
   EXPECT_NE(trace->warnings[0].find("torn.log"), std::string::npos);
   // A flipped byte inside record 1 (its CRC fails): only record 0 is kept.
   bytes = ReadAll(path);
-  const size_t header = engine::EncodeRoutingLogHeader(SmallHeader()).size();
+  const size_t header = scheduler::EncodeRoutingLogHeader(SmallHeader()).size();
   bytes[header + rec + 18] ^= 0x40;
   trace = ParseRoutingLog(bytes, "flipped.log");
   ASSERT_TRUE(trace.ok());
@@ -92,7 +92,7 @@ TEST(RoutingTraceTest, MergesLogsOfOneModelAndRefusesAnother) {
   const std::string a = TempPath("sched_a"), b = TempPath("sched_b"), c = TempPath("sched_c");
   WriteLog(a, SmallHeader(), ThreeTokens());
   WriteLog(b, SmallHeader(), ThreeTokens());
-  engine::RoutingLogHeader other = SmallHeader(0xbeefull);
+  scheduler::RoutingLogHeader other = SmallHeader(0xbeefull);
   other.model_name = "synth:other-model";
   WriteLog(c, other, ThreeTokens());
   auto merged = ReadRoutingLogs({a, b});

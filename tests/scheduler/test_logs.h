@@ -9,13 +9,13 @@
 
 #include <gtest/gtest.h>
 
-#include "runtime/engine/routing_log.h"
+#include "scheduler/routing_log.h"
 
 namespace tandem::scheduler::testing {
 
-inline engine::RoutingLogHeader SmallHeader(uint64_t fingerprint = 0xfeedull, int layers = 2,
+inline scheduler::RoutingLogHeader SmallHeader(uint64_t fingerprint = 0xfeedull, int layers = 2,
                                             int experts = 8, int k = 2) {
-  engine::RoutingLogHeader h;
+  scheduler::RoutingLogHeader h;
   h.n_layer = layers;
   h.n_expert = experts;
   h.n_expert_used = k;
@@ -37,10 +37,10 @@ inline std::string TempPath(const std::string& stem) {
       .string();
 }
 
-inline void WriteLog(const std::string& path, const engine::RoutingLogHeader& h,
+inline void WriteLog(const std::string& path, const scheduler::RoutingLogHeader& h,
                      const std::vector<HandToken>& tokens) {
   std::filesystem::remove(path);
-  auto w = engine::RoutingLogWriter::Open(path, h);
+  auto w = scheduler::RoutingLogWriter::Open(path, h);
   ASSERT_TRUE(w.ok()) << w.status();
   for (const HandToken& t : tokens) {
     for (size_t l = 0; l < t.ids.size(); ++l) {

@@ -6,8 +6,8 @@ namespace tandem::scheduler {
 namespace {
 
 // The flash-next-125b routing shape with 12 of its 48 layers (the targets are per-layer means).
-engine::RoutingLogHeader FlashNextLike() {
-  engine::RoutingLogHeader h;
+scheduler::RoutingLogHeader FlashNextLike() {
+  scheduler::RoutingLogHeader h;
   h.n_layer = 12;
   h.n_expert = 512;
   h.n_expert_used = 10;
@@ -42,7 +42,7 @@ TEST(TraceSynthTest, MildSkewHighReuseHitsItsCalibration) {
 TEST(TraceSynthTest, SameSeedSameTraceAndValidIds) {
   auto preset = FindTracePreset("census-skewed");
   ASSERT_TRUE(preset.ok());
-  engine::RoutingLogHeader h = FlashNextLike();
+  scheduler::RoutingLogHeader h = FlashNextLike();
   h.n_layer = 2;
   const RoutingTrace a = SynthesizeTrace(h, 300, *preset, 7), b = SynthesizeTrace(h, 300, *preset, 7);
   EXPECT_EQ(a.ids, b.ids);

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "runtime/base/progress.h"
+#include "runtime/base/sizes.h"
 
 namespace tandem::cli {
 
@@ -38,6 +39,23 @@ void AddEngineFlags(CLI::App* cmd, engine::EngineOptions* options) {
                   "A tokenizer.json to use instead of the model's own tokenizer");
   cmd->add_option("--routing-log", options->routing_log,
                   "Append every token's expert choices to this file (docs/formats/routing-log.md)");
+  cmd->add_option("--placement", options->placement,
+                  "Expert residency: auto (planned from the routing seen while serving, uniform "
+                  "during a 256-token warm-up) or a plan.json from `tandem plan`. The CPU backends "
+                  "compute every expert anyway and report the hit rate the placement would get");
+  cmd->add_option("--replan-every", options->replan_every,
+                  "With --placement: re-plan from the observed routing every N tokens (0: never)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option_function<std::string>(
+      "--vram-budget",
+      [options](const std::string& text) {
+        auto bytes = ParseBytes(text);
+        if (!bytes.ok()) throw CLI::ValidationError("--vram-budget", std::string(bytes.status().message()));
+        options->vram_budget = *bytes;
+      },
+      "VRAM budget for expert placement, e.g. 24GiB (dense weights, caches, scratch and resident "
+      "experts together)");
 }
 
 absl::StatusOr<std::unique_ptr<engine::Engine>> LoadEngine(engine::EngineOptions options) {

@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "runtime/text/chat.h"
 #include "runtime/text/sampler.h"
+#include "runtime/base/sizes.h"
 #include "runtime/engine/generate.h"
 #include "tools/tandem/cli_util.h"
 #include "tools/tandem/commands.h"
@@ -36,6 +37,14 @@ void PrintStats(const engine::Engine& engine, const engine::Session& session, in
                engine.backend_name().c_str(), engine.load_seconds(), st.prompt_tokens,
                st.prompt_tok_s(), generated, st.decode_tok_s(), st.decode_steps,
                st.time_to_first_token, engine::StopReasonName(reason));
+  if (const scheduler::OnlinePlacement* p = engine.placement()) {
+    std::fprintf(stderr,
+                 "[placement %s] %s of experts resident (budget %s), %d plan(s), routes on "
+                 "resident experts: %.1f%% of %llu\n",
+                 p->description().c_str(), FormatBytes(p->resident_bytes()).c_str(),
+                 FormatBytes(p->expert_budget()).c_str(), p->plans_made(), 100.0 * p->hit_rate(),
+                 static_cast<unsigned long long>(p->hits() + p->misses()));
+  }
 }
 
 engine::GenerateOptions GenerateOptionsOf(const RunArgs& args) {

@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/engine/engine.h"
-#include "runtime/engine/routing_log.h"
+#include "scheduler/routing_log.h"
 #include "runtime/model/synth.h"
 #include "scheduler/trace_synth.h"
 #include "tools/tandem/cli_util.h"
@@ -32,7 +32,7 @@ int RunTraces(const TracesArgs& a) {
   if (!model.ok()) return Fail(model.status());
   const model::HParams& hp = (*model)->hparams();
   if (hp.n_expert <= 0) return Fail(absl::InvalidArgumentError(absl::StrCat(a.shape, " has no experts")));
-  engine::RoutingLogHeader header;
+  scheduler::RoutingLogHeader header;
   header.n_layer = hp.n_layer;
   header.n_expert = hp.n_expert;
   header.n_expert_used = hp.n_expert_used;
@@ -41,7 +41,7 @@ int RunTraces(const TracesArgs& a) {
   const scheduler::RoutingTrace trace = scheduler::SynthesizeTrace(header, a.tokens, *preset, a.seed);
   std::error_code ec;
   std::filesystem::remove(a.output, ec);  // a fresh log, not an append
-  auto writer = engine::RoutingLogWriter::Open(a.output, header);
+  auto writer = scheduler::RoutingLogWriter::Open(a.output, header);
   if (!writer.ok()) return Fail(writer.status());
   std::vector<int32_t> ids(hp.n_expert_used);
   for (size_t t = 0; t < trace.n_tokens(); ++t) {

@@ -1,4 +1,4 @@
-#include "runtime/engine/routing_log.h"
+#include "scheduler/routing_log.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/quant/float16.h"
 
-namespace tandem::engine {
+namespace tandem::scheduler {
 namespace {
 
 void PutU32(std::vector<uint8_t>& out, uint32_t v) {
@@ -164,4 +164,4 @@ absl::Status RoutingLogWriter::WriteToken(uint32_t sequence_id, uint32_t positio
   return WriteAll(fd_, record_.data(), record_.size(), "routing log");
 }
 
-}  // namespace tandem::engine
+}  // namespace tandem::scheduler

@@ -12,7 +12,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace tandem::engine {
+namespace tandem::scheduler {
 
 inline constexpr char kRoutingLogMagic[8] = {'T', 'N', 'D', 'M', 'R', 'L', 'O', 'G'};
 inline constexpr uint32_t kRoutingLogVersion = 1;
@@ -60,4 +60,4 @@ class RoutingLogWriter {
 // Serialises the header exactly as the writer does (tests and the reader use it).
 std::vector<uint8_t> EncodeRoutingLogHeader(const RoutingLogHeader& header);
 
-}  // namespace tandem::engine
+}  // namespace tandem::scheduler

@@ -1,4 +1,4 @@
-#include "runtime/engine/routing_log.h"
+#include "scheduler/routing_log.h"
 
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 
 #include "runtime/quant/float16.h"
 
-namespace tandem::engine {
+namespace tandem::scheduler {
 namespace {
 
 namespace fs = std::filesystem;
@@ -112,4 +112,4 @@ TEST_F(RoutingLogTest, RefusesAnotherModelsLog) {
 }
 
 }  // namespace
-}  // namespace tandem::engine
+}  // namespace tandem::scheduler
