@@ -27,8 +27,8 @@ namespace {
 
 // Rows of gate/up per phase-A item and output columns per phase-B item. 32 keeps ≥ 24 items per
 // expert at FFN 768 (every thread of a 16-core host busy on a single expert) while one item still
-// streams ≥ 32 KiB of Q4_K weights per call; measured on this 2-core host 16/32/64 gave the same
-// layer time within noise (docs/perf/experts.md).
+// streams ≥ 32 KiB of Q4_K weights per call. Chosen by that arithmetic, not yet by a sweep:
+// 16/32/64 have not been measured against each other.
 constexpr int kFfSlice = 32;
 constexpr int kOutSlice = 32;
 

@@ -61,10 +61,10 @@ struct ExpertJob {
 };
 
 // How long (µs) idle workers spin waiting for the next layer before leaving the arena.
-// 200 µs covers the gap between two layers of a decode step (the mixer half of a Flash-Next layer
-// on the GPU, or a reference attention layer on the CPU) so back-to-back layers never pay the
-// TBB wake-up; `tandem bench experts` reports both the spinning and the cold dispatch cost
-// (docs/perf/experts.md).
+// 200 µs is meant to cover the gap between two layers of a decode step (the mixer half of a
+// Flash-Next layer on the GPU, or a reference attention layer on the CPU) so back-to-back layers
+// never pay the TBB wake-up. Not yet swept: `tandem bench experts` reports the spinning (0.15 µs)
+// and the cold (5.6 µs) dispatch cost at this one setting (docs/perf/experts.md).
 inline constexpr int kDefaultSpinMicros = 200;
 
 struct PoolOptions {
