@@ -32,6 +32,10 @@ void AddEngineFlags(CLI::App* cmd, engine::EngineOptions* options) {
   cmd->add_option("--ctx", options->n_ctx,
                   "Context length in tokens (0: the model's training context, at most 4096)")
       ->capture_default_str();
+  cmd->add_option("--cpu-isa", options->cpu_isa,
+                  "Expert kernels of --backend cpu: auto, avx512, avx2 or scalar (forcing an ISA "
+                  "this CPU lacks is an error)")
+      ->capture_default_str();
   cmd->add_option("--threads", options->threads, "CPU threads (0: every core)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
