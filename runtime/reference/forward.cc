@@ -59,6 +59,10 @@ absl::StatusOr<std::unique_ptr<ReferenceForward>> ReferenceForward::Create(
   auto fwd = std::unique_ptr<ReferenceForward>(new ReferenceForward());
   fwd->hp_ = model.hparams();
   const model::HParams& hp = fwd->hp_;
+  fwd->rope_inv_freq_.resize(hp.n_rot / 2);
+  for (int i = 0; i < hp.n_rot / 2; ++i) {
+    fwd->rope_inv_freq_[i] = 1.0f / std::pow(hp.rope_theta, static_cast<float>(2 * i) / hp.n_rot);
+  }
   std::string missing;
   auto get = [&](const std::string& name, bool required) -> const format::TensorInfo* {
     const format::TensorInfo* t = model.Find(name);
@@ -136,10 +140,6 @@ void ReferenceForward::Attention(const Layer& w, LayerState& ls, int n_past, int
   MatMul(*w.wk, 0, kv_dim, x, T, k.data());
   MatMul(*w.wv, 0, kv_dim, x, T, v.data());
 
-  std::vector<float> inv_freq(hp.n_rot / 2);
-  for (int i = 0; i < hp.n_rot / 2; ++i) {
-    inv_freq[i] = 1.0f / std::pow(hp.rope_theta, static_cast<float>(2 * i) / hp.n_rot);
-  }
   const float* qn = F32(w.q_norm);
   const float* kn = F32(w.k_norm);
   for (int t = 0; t < T; ++t) {
@@ -147,12 +147,12 @@ void ReferenceForward::Attention(const Layer& w, LayerState& ls, int n_past, int
     for (int h = 0; h < hp.n_head; ++h) {
       float* qh = &q[static_cast<size_t>(t) * q_rows + h * q_stride];
       RmsNorm(qh, qn, hd, hp.rms_eps, qh);
-      Rope(qh, hp.n_rot, pos, inv_freq);
+      Rope(qh, hp.n_rot, pos, rope_inv_freq_);
     }
     for (int g = 0; g < hp.n_head_kv; ++g) {
       float* kh = &k[static_cast<size_t>(t) * kv_dim + g * hd];
       RmsNorm(kh, kn, hd, hp.rms_eps, kh);
-      Rope(kh, hp.n_rot, pos, inv_freq);
+      Rope(kh, hp.n_rot, pos, rope_inv_freq_);
     }
     std::copy_n(&k[static_cast<size_t>(t) * kv_dim], kv_dim,
                 &ls.k_cache[static_cast<size_t>(pos) * kv_dim]);

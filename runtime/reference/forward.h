@@ -104,6 +104,7 @@ class ReferenceForward {
                    float* out) const;
 
   model::HParams hp_;
+  std::vector<float> rope_inv_freq_;  // theta^(-2i/n_rot), i < n_rot/2
   const format::TensorInfo* token_embd_ = nullptr;
   const format::TensorInfo* output_norm_ = nullptr;
   const format::TensorInfo* output_ = nullptr;

@@ -112,12 +112,11 @@ int RunOnce(const RunArgs& args) {
     auto result = engine::Generate(*session, *sampler, *ids, GenerateOptionsOf(args));
     if (!result.ok()) return Fail(result.status());
     std::fputc('\n', stdout);
-    const std::string* reply = &result->text;
-    history.push_back({"assistant", *reply});
+    history.push_back({"assistant", result->text});
     auto closed = fmt->Format(history, false);
     if (!closed.ok()) return Fail(closed.status());
     // Bring the session's context up to the closed turn (the end-of-turn marker and newline).
-    rendered = *full + *reply;
+    rendered = *full + result->text;
     if (closed->compare(0, rendered.size(), rendered) == 0 && closed->size() > rendered.size()) {
       auto tail = tok.Encode(std::string_view(*closed).substr(rendered.size()), true);
       if (!tail.ok()) return Fail(tail.status());
@@ -136,7 +135,6 @@ int RunOnce(const RunArgs& args) {
 
 void RegisterRun(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<RunArgs>();
-  args->sampler.seed = 0;
   CLI::App* cmd = app.add_subcommand(
       "run", "Generate text: stream the continuation of -p PROMPT to stdout (statistics on "
              "stderr), or chat interactively with --chat.");
