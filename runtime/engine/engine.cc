@@ -7,6 +7,9 @@
 #include "absl/strings/str_cat.h"
 #include "experts/pool.h"
 #include "runtime/base/status_macros.h"
+#if defined(TANDEM_WITH_CUDA)
+#include "megakernel/runner.h"
+#endif
 
 namespace tandem::engine {
 namespace {
@@ -69,21 +72,43 @@ class PoolExpertComputer : public reference::ExpertComputer {
 
 }  // namespace
 
+std::string CudaBackendUnavailableReason() {
+#if defined(TANDEM_WITH_CUDA)
+  return megakernel::CudaUnavailableReason();
+#else
+  return "this build has no CUDA backend (it was configured without a CUDA toolkit)";
+#endif
+}
+
 Engine::~Engine() = default;
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
   auto engine = std::unique_ptr<Engine>(new Engine());
-  if (options.backend != "auto" && options.backend != "reference" && options.backend != "cpu") {
-    if (options.backend == "cuda") {
-      return absl::UnimplementedError(absl::StrCat(
-          "backend '", options.backend,
-          "' is not part of this build yet; use --backend cpu, or --backend reference (the fp32 CPU oracle)"));
-    }
+  if (options.backend != "auto" && options.backend != "reference" && options.backend != "cpu" &&
+      options.backend != "cuda") {
     return absl::InvalidArgumentError(absl::StrCat(
         "unknown backend '", options.backend, "' (choose auto, reference, cpu or cuda)"));
   }
-  engine->backend_name_ = options.backend == "cpu" ? "cpu" : "reference";
+  if (options.kernels != "auto" && options.kernels != "megakernel" && options.kernels != "per-op") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown --kernels '", options.kernels, "' (choose auto, megakernel or per-op)"));
+  }
+  const std::string cuda_unavailable = CudaBackendUnavailableReason();
+  if (options.backend == "cuda" && !cuda_unavailable.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--backend cuda: ", cuda_unavailable,
+        "; use --backend cpu, or --backend reference (the fp32 CPU oracle)"));
+  }
+  if (options.backend == "auto") {
+    engine->backend_name_ = cuda_unavailable.empty() ? "cuda" : "reference";
+    if (!cuda_unavailable.empty()) {
+      engine->notes_.push_back(absl::StrCat("backend auto: ", cuda_unavailable,
+                                            "; using the reference backend (--backend cpu is faster)"));
+    }
+  } else {
+    engine->backend_name_ = options.backend;
+  }
   if (options.threads < 0) {
     return absl::InvalidArgumentError(absl::StrCat("--threads ", options.threads, " is negative"));
   }
@@ -138,6 +163,29 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& option
                                           " exceeds the model's training context ", train_ctx));
   }
 
+#if defined(TANDEM_WITH_CUDA)
+  if (engine->backend_name_ == "cuda") {
+    megakernel::RunnerOptions ro;
+    ro.n_ctx = engine->n_ctx_;
+    ro.mode = options.kernels == "per-op" ? megakernel::KernelMode::kPerOp
+                                          : megakernel::KernelMode::kMegakernel;
+    ro.graphs = options.cuda_graphs;
+    ro.vram_budget = options.vram_budget;
+    ro.progress = options.progress;
+    auto runner = megakernel::GpuRunner::Create(*engine->model_, ro);
+    if (runner.ok()) {
+      engine->gpu_ = std::move(runner).value();
+    } else if (options.backend == "auto") {
+      engine->notes_.push_back(absl::StrCat("backend auto: the cuda backend cannot run this model (",
+                                            runner.status().message(),
+                                            "); using the reference backend"));
+      engine->backend_name_ = "reference";
+    } else {
+      return runner.status();
+    }
+  }
+#endif
+
   if (!options.routing_log.empty()) {
     scheduler::RoutingLogHeader header;
     header.n_layer = hp.n_layer;
@@ -168,19 +216,31 @@ std::unique_ptr<Session> Engine::NewSession() {
   return std::unique_ptr<Session>(new Session(this));
 }
 
+namespace {
+
+// Host caches for the CPU backends; the cuda backend keeps its state on the card.
+reference::SequenceState NewState(const Engine& engine) {
+  if (engine.gpu() != nullptr) {
+    reference::SequenceState s;
+    s.n_ctx = engine.n_ctx();
+    return s;
+  }
+  return reference::SequenceState::Create(engine.hparams(), engine.n_ctx());
+}
+
+}  // namespace
+
 Session::Session(Engine* engine)
-    : engine_(engine),
-      state_(reference::SequenceState::Create(engine->hparams(), engine->n_ctx())),
-      sequence_id_(engine->next_sequence_id_++) {}
+    : engine_(engine), state_(NewState(*engine)), sequence_id_(engine->next_sequence_id_++) {}
 
 void Session::Reset() {
-  state_ = reference::SequenceState::Create(engine_->hparams(), engine_->n_ctx());
+  state_ = NewState(*engine_);
   sequence_id_ = engine_->next_sequence_id_++;
   stats_ = SessionStats();
 }
 
 absl::Status Session::Run(std::span<const int32_t> tokens, bool all_logits,
-                          std::vector<float>* logits) {
+                          std::vector<float>* logits, std::vector<int32_t>* argmax) {
   const model::HParams& hp = engine_->hparams();
   const int T = static_cast<int>(tokens.size());
   reference::ForwardOptions options;
@@ -200,7 +260,29 @@ absl::Status Session::Run(std::span<const int32_t> tokens, bool all_logits,
     };
   }
   const int first_pos = state_.n_past;
-  TANDEM_RETURN_IF_ERROR(engine_->forward_->Forward(tokens, state_, options, logits));
+#if defined(TANDEM_WITH_CUDA)
+  if (megakernel::GpuRunner* gpu = engine_->gpu_.get(); gpu != nullptr) {
+    // The device state belongs to the runner: a new sequence (n_past 0) starts from zero state.
+    if (first_pos == 0) TANDEM_RETURN_IF_ERROR(gpu->Reset());
+    const bool routes = log != nullptr || placement != nullptr;
+    TANDEM_RETURN_IF_ERROR(gpu->Forward(tokens, first_pos, all_logits, logits, argmax,
+                                        routes ? &route_ids_ : nullptr,
+                                        routes ? &route_weights_ : nullptr));
+    state_.n_past += T;
+  } else
+#endif
+  {
+    TANDEM_RETURN_IF_ERROR(engine_->forward_->Forward(tokens, state_, options, logits));
+    if (argmax != nullptr) {
+      const int V = hp.n_vocab;
+      const int rows = static_cast<int>(logits->size()) / V;
+      argmax->resize(rows);
+      for (int r = 0; r < rows; ++r) {
+        const float* l = logits->data() + static_cast<size_t>(r) * V;
+        (*argmax)[r] = static_cast<int32_t>(std::max_element(l, l + V) - l);
+      }
+    }
+  }
   for (int t = 0; t < T && (log != nullptr || placement != nullptr); ++t) {
     for (int il = 0; il < hp.n_layer; ++il) {
       const size_t base = (static_cast<size_t>(t) * hp.n_layer + il) * k;
@@ -224,6 +306,17 @@ absl::Status Session::Prefill(std::span<const int32_t> tokens, bool all_logits,
   stats_.prompt_tokens += static_cast<int>(tokens.size());
   stats_.prompt_seconds += SecondsSince(t0);
   return absl::OkStatus();
+}
+
+absl::StatusOr<int32_t> Session::DecodeGreedy(int32_t token) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<int32_t> argmax;
+  std::vector<float> logits;
+  TANDEM_RETURN_IF_ERROR(
+      Run(std::span(&token, 1), false, engine_->gpu_ ? nullptr : &logits, &argmax));
+  stats_.decode_steps += 1;
+  stats_.decode_seconds += SecondsSince(t0);
+  return argmax.at(0);
 }
 
 absl::Status Session::Decode(int32_t token, std::vector<float>* logits) {

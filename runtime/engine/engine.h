@@ -1,8 +1,10 @@
 // The public engine API: load a model once (Engine), run sequences on it (Session). A session owns
-// its caches and statistics; the engine owns weights, tokenizer and the backend. Backends today:
-// `reference` (the fp32 oracle of runtime/reference) and `cpu` (the same forward pass with the
-// routed experts computed by the quantised CPU expert pool of experts/). Requests for a backend this build does not
-// have fail with a clear message; nothing falls back silently to different math.
+// its caches and statistics; the engine owns weights, tokenizer and the backend. Backends:
+// `reference` (the fp32 oracle of runtime/reference), `cpu` (the same forward pass with the routed
+// experts computed by the quantised CPU expert pool of experts/) and `cuda` (the layer-half
+// megakernels of megakernel/, every weight on the card). `auto` takes cuda when this build has it
+// and a device is usable, else reference, and says so in notes(). An explicit backend that cannot
+// run fails with a clear message; nothing falls back silently to different math.
 #pragma once
 
 #include <chrono>
@@ -22,11 +24,17 @@
 #include "runtime/reference/forward.h"
 #include "runtime/text/tokenizer.h"
 
+namespace tandem::megakernel {
+class GpuRunner;
+}
+
 namespace tandem::engine {
 
 struct EngineOptions {
   std::string model;               // path, HF directory or synth:NAME
   std::string backend = "auto";    // auto | reference | cpu | cuda
+  std::string kernels = "auto";    // cuda: auto (= megakernel) | megakernel | per-op
+  bool cuda_graphs = true;         // cuda: capture each step shape once and replay it
   int n_ctx = 0;                   // 0: the smaller of the model's training context and 4096
   int threads = 0;                 // CPU threads for the whole process; 0: every core
   std::string cpu_isa = "auto";    // cpu backend kernels: auto | avx512 | avx2 | scalar
@@ -55,6 +63,10 @@ struct SessionStats {
 
 class Session;
 
+// Why `--backend cuda` cannot run in this process ("" when it can): no CUDA in this build, or no
+// usable device.
+std::string CudaBackendUnavailableReason();
+
 class Engine {
  public:
   static absl::StatusOr<std::unique_ptr<Engine>> Load(const EngineOptions& options);
@@ -73,6 +85,8 @@ class Engine {
   std::unique_ptr<Session> NewSession();
   // Null without --placement.
   const scheduler::OnlinePlacement* placement() const { return placement_.get(); }
+  // The cuda backend's runner (null for the CPU backends).
+  megakernel::GpuRunner* gpu() const { return gpu_.get(); }
 
  private:
   friend class Session;
@@ -83,6 +97,8 @@ class Engine {
   // cpu backend: routed experts through the expert pool (null for the reference backend). One
   // session runs at a time, as with the reference backend.
   std::unique_ptr<reference::ExpertComputer> expert_computer_;
+  // cuda backend: weights and the state of one sequence live on the card (one session at a time).
+  std::unique_ptr<megakernel::GpuRunner> gpu_;
   std::unique_ptr<scheduler::RoutingLogWriter> routing_log_;
   std::unique_ptr<scheduler::OnlinePlacement> placement_;
   std::unique_ptr<tbb::global_control> thread_limit_;
@@ -100,6 +116,9 @@ class Session {
   absl::Status Prefill(std::span<const int32_t> tokens, bool all_logits, std::vector<float>* logits);
   // One token (a decode step): logits of that position.
   absl::Status Decode(int32_t token, std::vector<float>* logits);
+  // One token, returning the greedy next token without the logits (on the cuda backend the
+  // argmax runs on the device and only the id is copied back).
+  absl::StatusOr<int32_t> DecodeGreedy(int32_t token);
   int n_past() const { return state_.n_past; }
   int n_ctx() const { return state_.n_ctx; }
   // Forgets the sequence (a new sequence id for the routing log).
@@ -112,7 +131,8 @@ class Session {
  private:
   friend class Engine;
   explicit Session(Engine* engine);
-  absl::Status Run(std::span<const int32_t> tokens, bool all_logits, std::vector<float>* logits);
+  absl::Status Run(std::span<const int32_t> tokens, bool all_logits, std::vector<float>* logits,
+                   std::vector<int32_t>* argmax = nullptr);
 
   Engine* engine_;
   reference::SequenceState state_;

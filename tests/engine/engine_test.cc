@@ -27,6 +27,7 @@ TEST(EngineTest, GeneratesFromAnHfDirectoryWithATokenizer) {
   o.model = kHfDir;
   o.tokenizer = kTokenizer;
   o.n_ctx = 64;
+  o.backend = "reference";
   auto engine = Engine::Load(o);
   ASSERT_TRUE(engine.ok()) << engine.status();
   ASSERT_NE((*engine)->tokenizer(), nullptr);
@@ -52,8 +53,10 @@ TEST(EngineTest, RefusesUnknownOrMissingBackends) {
   EXPECT_NE(e.status().message().find("unknown backend 'tpu'"), std::string::npos);
   o.backend = "cuda";
   e = Engine::Load(o);
-  ASSERT_FALSE(e.ok());
-  EXPECT_NE(e.status().message().find("--backend reference"), std::string::npos);
+  if (!CudaBackendUnavailableReason().empty()) {
+    ASSERT_FALSE(e.ok());
+    EXPECT_NE(e.status().message().find("--backend reference"), std::string::npos);
+  }
 }
 
 TEST(EngineTest, NamesMissingModelsAndUnreadableTokenizers) {

@@ -27,8 +27,17 @@ void AddEngineFlags(CLI::App* cmd, engine::EngineOptions* options) {
                   "synth:NAME for a random-weight model of a named shape built in memory")
       ->required();
   cmd->add_option("--backend", options->backend,
-                  "Compute backend: auto (best available), reference (fp32 CPU oracle), cpu, cuda")
+                  "Compute backend: auto (cuda when this build has it and a GPU is usable, else "
+                  "reference), reference (fp32 CPU oracle), cpu (reference + quantised CPU expert "
+                  "pool), cuda (layer-half megakernels, every weight on the card)")
       ->capture_default_str();
+  cmd->add_option("--kernels", options->kernels,
+                  "cuda: auto (= megakernel), megakernel (one persistent cooperative launch per "
+                  "layer half) or per-op (one ordinary launch per operation, same math; for "
+                  "measuring the megakernel's gain)")
+      ->capture_default_str();
+  cmd->add_flag("!--no-cuda-graphs", options->cuda_graphs,
+                "cuda: launch kernels directly instead of replaying a captured CUDA graph per step");
   cmd->add_option("--ctx", options->n_ctx,
                   "Context length in tokens (0: the model's training context, at most 4096)")
       ->capture_default_str();

@@ -12,6 +12,8 @@ void RegisterRun(CLI::App& app, int* exit_code);
 void RegisterLogits(CLI::App& app, int* exit_code);
 void RegisterConvert(CLI::App& app, int* exit_code);
 void RegisterBench(CLI::App& app, int* exit_code);
+// Adds `decode` to the bench subcommand (call after RegisterBench).
+void RegisterBenchDecode(CLI::App& app, int* exit_code);
 void RegisterCensus(CLI::App& app, int* exit_code);
 void RegisterPlan(CLI::App& app, int* exit_code);
 void RegisterReplay(CLI::App& app, int* exit_code);

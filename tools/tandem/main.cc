@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   tandem::cli::RegisterConvert(app, &exit_code);
   tandem::cli::RegisterSynth(app, &exit_code);
   tandem::cli::RegisterBench(app, &exit_code);
+  tandem::cli::RegisterBenchDecode(app, &exit_code);
   tandem::cli::RegisterTraces(app, &exit_code);
   tandem::cli::RegisterCensus(app, &exit_code);
   tandem::cli::RegisterPlan(app, &exit_code);

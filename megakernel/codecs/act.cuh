@@ -1,0 +1,24 @@
+// The activation side of every device matrix-vector product: rows quantised to int8 in blocks of
+// 32 (scale d, and the fp32 sum of the block for formats with minimums), kept in shared memory,
+// plus an fp32 copy for float weights. Step row r reads activation row
+// base + popcount(mask & ((1 << r) - 1)), so a matrix used by a subset of rows (one expert) reads
+// only those rows' activations. C++17, device only.
+#pragma once
+
+#include <cstdint>
+
+namespace tandem::megakernel {
+
+struct ActSet {
+  const int8_t* q = nullptr;  // [n][cols]
+  const float* d = nullptr;   // [n][cols / 32]
+  const float* s = nullptr;   // [n][cols / 32]
+  const float* x = nullptr;   // [n][cols], shared or global memory
+  int cols = 0;
+};
+
+__device__ __forceinline__ int ActRow(unsigned mask, int base, int r) {
+  return base + __popc(mask & ((1u << r) - 1u));
+}
+
+}  // namespace tandem::megakernel

@@ -1,0 +1,52 @@
+// Which device codec reads which GGUF type, and the one loop every matrix-vector product uses:
+// a group of G lanes (a power of two, at most 32) owns one matrix row, its lanes stride over the
+// row's slices, and the group reduces with shuffles. C++17, device only.
+#pragma once
+
+#include "megakernel/codecs/float.cuh"
+#include "megakernel/codecs/iq4_xs.cuh"
+#include "megakernel/codecs/q4_k.cuh"
+#include "megakernel/codecs/q6_k.cuh"
+#include "megakernel/codecs/q8_0.cuh"
+#include "megakernel/codecs.h"
+#include "megakernel/params.h"
+#include "runtime/quant/ggml_type.h"
+
+namespace tandem::megakernel {
+
+template <class Codec, int R>
+__device__ __forceinline__ void RowDotWith(const uint8_t* row, int n_slices, int lane_g, int G,
+                                           const ActSet& a, unsigned mask, int base,
+                                           float (&acc)[R]) {
+  for (int s = lane_g; s < n_slices; s += G) Codec::template Dot<R>(row, s, a, mask, base, acc);
+}
+
+// acc[r] (r with its mask bit set) += row · activation(r), summed over the G lanes of the group:
+// every lane of the group holds the total afterwards. `row` may be null for idle groups, which
+// still take part in the shuffles.
+template <int R>
+__device__ __forceinline__ void RowDot(int type, const uint8_t* row, int cols, int lane_g, int G,
+                                       const ActSet& a, unsigned mask, int base, float (&acc)[R]) {
+  using quant::GgmlType;
+  if (row != nullptr) {
+    const int n = cols / SliceElems(type);
+    switch (static_cast<GgmlType>(type)) {
+      case GgmlType::kF32: RowDotWith<CodecF32, R>(row, n, lane_g, G, a, mask, base, acc); break;
+      case GgmlType::kF16: RowDotWith<CodecHalf<false>, R>(row, n, lane_g, G, a, mask, base, acc); break;
+      case GgmlType::kBF16: RowDotWith<CodecHalf<true>, R>(row, n, lane_g, G, a, mask, base, acc); break;
+      case GgmlType::kQ8_0: RowDotWith<CodecQ8_0, R>(row, n, lane_g, G, a, mask, base, acc); break;
+      case GgmlType::kQ4_K: RowDotWith<CodecQ4K, R>(row, n, lane_g, G, a, mask, base, acc); break;
+      case GgmlType::kQ5_K: RowDotWith<CodecQ5K, R>(row, n, lane_g, G, a, mask, base, acc); break;
+      case GgmlType::kQ6_K: RowDotWith<CodecQ6K, R>(row, n, lane_g, G, a, mask, base, acc); break;
+      case GgmlType::kQ3_K: RowDotWith<CodecQ3K, R>(row, n, lane_g, G, a, mask, base, acc); break;
+      case GgmlType::kIQ4_XS: RowDotWith<CodecIQ4XS, R>(row, n, lane_g, G, a, mask, base, acc); break;
+      default: break;  // refused on the host (megakernel/codecs.h)
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    for (int o = G >> 1; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(kFullMask, acc[r], o);
+  }
+}
+
+}  // namespace tandem::megakernel

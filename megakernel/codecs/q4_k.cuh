@@ -1,0 +1,101 @@
+// Q4_K and Q5_K on the device: one lane takes a 64-weight slice (sub-blocks 2p and 2p+1 of a
+// 256-weight block, which share their 32 quant bytes: low and high nibbles), builds both
+// sub-blocks as int8 words once, and applies them to every active row with dp4a; the minimum
+// term uses the activation block sums. C++17, device only.
+#pragma once
+
+#include "megakernel/codecs/act.cuh"
+#include "megakernel/device/common.cuh"
+
+namespace tandem::megakernel {
+
+// Scale and min (0..63) of sub-block j from the 12 packed bytes (quant::ScaleMinK4).
+__device__ __forceinline__ void ScaleMinK4Words(uint32_t w0, uint32_t w1, uint32_t w2, int j,
+                                                int* scale, int* min) {
+  if (j < 4) {
+    *scale = Byte12(w0, w1, w2, j) & 63;
+    *min = Byte12(w0, w1, w2, j + 4) & 63;
+  } else {
+    *scale = (Byte12(w0, w1, w2, j + 4) & 0xF) | (Byte12(w0, w1, w2, j - 4) >> 6) << 4;
+    *min = (Byte12(w0, w1, w2, j + 4) >> 4) | (Byte12(w0, w1, w2, j) >> 6) << 4;
+  }
+}
+
+// Applies the two sub-blocks (lo = weights 0..31, hi = 32..63 of the slice) to the rows.
+template <int R>
+__device__ __forceinline__ void DotK4Pair(const uint32_t* v_lo, const uint32_t* v_hi, float dl_lo,
+                                          float ml_lo, float dl_hi, float ml_hi, int act_block,
+                                          const ActSet& a, unsigned mask, int base,
+                                          float (&acc)[R]) {
+  const int nb = a.cols / 32;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    if (!(mask >> r & 1u)) continue;
+    const int p = ActRow(mask, base, r);
+    const int8_t* xq = a.q + static_cast<int64_t>(p) * a.cols + 32 * act_block;
+    const int s_lo = Dot16(v_lo, xq) + Dot16(v_lo + 4, xq + 16);
+    const int s_hi = Dot16(v_hi, xq + 32) + Dot16(v_hi + 4, xq + 48);
+    const float* d = a.d + p * nb + act_block;
+    const float* s = a.s + p * nb + act_block;
+    acc[r] += d[0] * dl_lo * static_cast<float>(s_lo) - ml_lo * s[0] +
+              d[1] * dl_hi * static_cast<float>(s_hi) - ml_hi * s[1];
+  }
+}
+
+struct CodecQ4K {
+  static constexpr int kSliceElems = 64;
+  template <int R>
+  __device__ static void Dot(const uint8_t* row, int slice, const ActSet& a, unsigned mask,
+                             int base, float (&acc)[R]) {
+    const int b = slice >> 2, pair = slice & 3;
+    const uint8_t* blk = row + 144 * b;
+    const uint4 hdr = *reinterpret_cast<const uint4*>(blk);
+    const uint4 q0 = *reinterpret_cast<const uint4*>(blk + 16 + 32 * pair);
+    const uint4 q1 = *reinterpret_cast<const uint4*>(blk + 32 + 32 * pair);
+    const uint32_t qw[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+    uint32_t v_lo[8], v_hi[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      v_lo[j] = qw[j] & 0x0F0F0F0Fu;
+      v_hi[j] = (qw[j] >> 4) & 0x0F0F0F0Fu;
+    }
+    const float d = HalfBitsToFloat(hdr.x), dmin = HalfBitsToFloat(hdr.x >> 16);
+    int sc_lo, m_lo, sc_hi, m_hi;
+    ScaleMinK4Words(hdr.y, hdr.z, hdr.w, 2 * pair, &sc_lo, &m_lo);
+    ScaleMinK4Words(hdr.y, hdr.z, hdr.w, 2 * pair + 1, &sc_hi, &m_hi);
+    DotK4Pair<R>(v_lo, v_hi, d * sc_lo, dmin * m_lo, d * sc_hi, dmin * m_hi, 8 * b + 2 * pair, a,
+                 mask, base, acc);
+  }
+};
+
+struct CodecQ5K {
+  static constexpr int kSliceElems = 64;
+  template <int R>
+  __device__ static void Dot(const uint8_t* row, int slice, const ActSet& a, unsigned mask,
+                             int base, float (&acc)[R]) {
+    const int b = slice >> 2, pair = slice & 3;
+    const uint8_t* blk = row + 176 * b;
+    const uint4 hdr = *reinterpret_cast<const uint4*>(blk);
+    const uint4 h0 = *reinterpret_cast<const uint4*>(blk + 16);
+    const uint4 h1 = *reinterpret_cast<const uint4*>(blk + 32);
+    const uint4 q0 = *reinterpret_cast<const uint4*>(blk + 48 + 32 * pair);
+    const uint4 q1 = *reinterpret_cast<const uint4*>(blk + 64 + 32 * pair);
+    const uint32_t qw[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+    const uint32_t hw[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+    uint32_t v_lo[8], v_hi[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      // Bit 2·pair (lo) and 2·pair+1 (hi) of qh byte l is the fifth bit of element l.
+      v_lo[j] = (qw[j] & 0x0F0F0F0Fu) | ((hw[j] >> (2 * pair)) & 0x01010101u) << 4;
+      v_hi[j] = ((qw[j] >> 4) & 0x0F0F0F0Fu) | ((hw[j] >> (2 * pair + 1)) & 0x01010101u) << 4;
+    }
+    const float d = HalfBitsToFloat(hdr.x), dmin = HalfBitsToFloat(hdr.x >> 16);
+    int sc_lo, m_lo, sc_hi, m_hi;
+    ScaleMinK4Words(hdr.y, hdr.z, hdr.w, 2 * pair, &sc_lo, &m_lo);
+    ScaleMinK4Words(hdr.y, hdr.z, hdr.w, 2 * pair + 1, &sc_hi, &m_hi);
+    DotK4Pair<R>(v_lo, v_hi, d * sc_lo, dmin * m_lo, d * sc_hi, dmin * m_hi, 8 * b + 2 * pair, a,
+                 mask, base, acc);
+  }
+};
+
+}  // namespace tandem::megakernel

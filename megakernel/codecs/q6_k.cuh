@@ -1,0 +1,107 @@
+// Q6_K and Q3_K on the device: one lane takes half a 256-weight block (128 weights: four runs of
+// 32, each two 16-weight sub-blocks with their own signed scale), builds each run as int8 words
+// and applies it to every active row with dp4a. Their 210- and 110-byte blocks are only 2-byte
+// aligned, so words are assembled with LoadWords. C++17, device only.
+#pragma once
+
+#include "megakernel/codecs/act.cuh"
+#include "megakernel/device/common.cuh"
+
+namespace tandem::megakernel {
+
+// One 32-weight run (words v[0..7]) with scales sc0 (weights 0..15) and sc1 (16..31) times d.
+template <int R>
+__device__ __forceinline__ void DotRun16(const uint32_t* v, float d0, float d1, int act_block,
+                                         const ActSet& a, unsigned mask, int base,
+                                         float (&acc)[R]) {
+  const int nb = a.cols / 32;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    if (!(mask >> r & 1u)) continue;
+    const int p = ActRow(mask, base, r);
+    const int8_t* xq = a.q + static_cast<int64_t>(p) * a.cols + 32 * act_block;
+    const int s0 = Dot16(v, xq), s1 = Dot16(v + 4, xq + 16);
+    acc[r] += a.d[p * nb + act_block] * (d0 * static_cast<float>(s0) + d1 * static_cast<float>(s1));
+  }
+}
+
+__device__ __forceinline__ float SignedByte(uint32_t w, int k) {
+  return static_cast<float>(static_cast<int8_t>((w >> (8 * k)) & 0xffu));
+}
+
+struct CodecQ6K {
+  static constexpr int kSliceElems = 128;
+  template <int R>
+  __device__ static void Dot(const uint8_t* row, int slice, const ActSet& a, unsigned mask,
+                             int base, float (&acc)[R]) {
+    const int b = slice >> 1, h = slice & 1;
+    const uint8_t* blk = row + 210 * b;
+    uint32_t ql[16], qh[8], sc[2], dw[1];
+    LoadWords<16>(blk + 64 * h, ql);
+    LoadWords<8>(blk + 128 + 32 * h, qh);
+    LoadWords<2>(blk + 192 + 8 * h, sc);
+    LoadWords<1>(blk + 208, dw);
+    const float d = HalfBitsToFloat(dw[0]);
+#pragma unroll
+    for (int g = 0; g < 4; ++g) {
+      // Run g: low nibbles from ql[32·(g%2) + l] (high nibble when g >= 2), top bits from bit
+      // pair g of qh[l]; values − 32.
+      uint32_t v[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const uint32_t low = g < 2 ? ql[8 * (g & 1) + j] & 0x0F0F0F0Fu
+                                   : (ql[8 * (g & 1) + j] >> 4) & 0x0F0F0F0Fu;
+        const uint32_t top = g == 0   ? (qh[j] << 4) & 0x30303030u
+                             : g == 1 ? (qh[j] << 2) & 0x30303030u
+                             : g == 2 ? qh[j] & 0x30303030u
+                                      : (qh[j] >> 2) & 0x30303030u;
+        v[j] = __vsubss4(low | top, 0x20202020u);
+      }
+      const uint32_t sw = sc[g >> 1];
+      const float d0 = d * SignedByte(sw, 2 * (g & 1));
+      const float d1 = d * SignedByte(sw, 2 * (g & 1) + 1);
+      DotRun16<R>(v, d0, d1, 8 * b + 4 * h + g, a, mask, base, acc);
+    }
+  }
+};
+
+// Signed 6-bit scale j (0..15) of Q3_K from its 12 packed bytes (quant::Q3KScale).
+__device__ __forceinline__ float Q3KScaleWords(uint32_t w0, uint32_t w1, uint32_t w2, int j) {
+  const int low4 = j < 8 ? (Byte12(w0, w1, w2, j) & 0xF) : (Byte12(w0, w1, w2, j - 8) >> 4);
+  const int high2 = (Byte12(w0, w1, w2, 8 + (j & 3)) >> (2 * (j >> 2))) & 3;
+  return static_cast<float>((low4 | high2 << 4) - 32);
+}
+
+struct CodecQ3K {
+  static constexpr int kSliceElems = 128;
+  template <int R>
+  __device__ static void Dot(const uint8_t* row, int slice, const ActSet& a, unsigned mask,
+                             int base, float (&acc)[R]) {
+    const int b = slice >> 1, h = slice & 1;
+    const uint8_t* blk = row + 110 * b;
+    uint32_t hm[8], qs[8], sc[3], dw[1];
+    LoadWords<8>(blk, hm);
+    LoadWords<8>(blk + 32 + 32 * h, qs);
+    LoadWords<3>(blk + 96, sc);
+    LoadWords<1>(blk + 108, dw);
+    const float d = HalfBitsToFloat(dw[0]);
+#pragma unroll
+    for (int g = 0; g < 4; ++g) {
+      // Weight 128h + 32g + l: low bits (qs[l] >> 2g) & 3, high bit (hmask[l] >> (4h + g)) & 1;
+      // value = low + 4·high − 4.
+      uint32_t v[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const uint32_t low = (qs[j] >> (2 * g)) & 0x03030303u;
+        const uint32_t high = (hm[j] >> (4 * h + g)) & 0x01010101u;
+        v[j] = __vsubss4(low | high << 2, 0x04040404u);
+      }
+      const int j0 = 8 * h + 2 * g;
+      DotRun16<R>(v, d * Q3KScaleWords(sc[0], sc[1], sc[2], j0),
+                  d * Q3KScaleWords(sc[0], sc[1], sc[2], j0 + 1), 8 * b + 4 * h + g, a, mask,
+                  base, acc);
+    }
+  }
+};
+
+}  // namespace tandem::megakernel

@@ -1,0 +1,57 @@
+// Small device helpers shared by every kernel of megakernel/: warp reductions, unaligned word
+// loads, int8 dot products, half conversions. C++17, device only; nothing here knows a model.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cstdint>
+
+namespace tandem::megakernel {
+
+inline constexpr unsigned kFullMask = 0xffffffffu;
+
+__device__ __forceinline__ float WarpSum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
+  return v;
+}
+__device__ __forceinline__ float WarpMax(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, o));
+  return v;
+}
+
+__device__ __forceinline__ float HalfBitsToFloat(uint32_t bits16) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(bits16 & 0xffffu)));
+}
+__device__ __forceinline__ float Silu(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ float Sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// N little-endian 32-bit words starting at any byte address p. Reads one aligned word past the
+// last (device weight buffers carry slack for it); branch-free so that lanes whose blocks have
+// different alignments do not diverge.
+template <int N>
+__device__ __forceinline__ void LoadWords(const uint8_t* p, uint32_t (&w)[N]) {
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(p);
+  const uint32_t* base = reinterpret_cast<const uint32_t*>(addr & ~uintptr_t{3});
+  const unsigned shift = 8u * static_cast<unsigned>(addr & 3);
+  uint32_t a[N + 1];
+#pragma unroll
+  for (int i = 0; i < N + 1; ++i) a[i] = __ldg(base + i);
+#pragma unroll
+  for (int i = 0; i < N; ++i) w[i] = __funnelshift_r(a[i], a[i + 1], shift);
+}
+
+// Byte k (0..11) of three words, for the 12-byte scale fields of Q3_K, Q4_K and Q5_K.
+__device__ __forceinline__ int Byte12(uint32_t w0, uint32_t w1, uint32_t w2, int k) {
+  const uint32_t w = k < 4 ? w0 : (k < 8 ? w1 : w2);
+  return static_cast<int>((w >> (8 * (k & 3))) & 0xffu);
+}
+
+// Σ of 16 int8 products: four words of weights against 16 activation bytes (16-byte aligned).
+__device__ __forceinline__ int Dot16(const uint32_t* v, const int8_t* x) {
+  const int4 a = *reinterpret_cast<const int4*>(x);
+  int s = __dp4a(static_cast<int>(v[0]), a.x, 0);
+  s = __dp4a(static_cast<int>(v[1]), a.y, s);
+  s = __dp4a(static_cast<int>(v[2]), a.z, s);
+  return __dp4a(static_cast<int>(v[3]), a.w, s);
+}
+
+}  // namespace tandem::megakernel

@@ -1,0 +1,161 @@
+// Block-level activation prologues (RMSNorm into shared memory, int8 quantisation) and the
+// grid-wide matrix-vector loop: units of rows spread over every warp of the grid, each unit a warp
+// whose lane groups own one row each. C++17, device only.
+#pragma once
+
+#include <cstdint>
+
+#include "megakernel/codecs/dispatch.cuh"
+#include "megakernel/device/common.cuh"
+#include "megakernel/params.h"
+#include "megakernel/smem.h"
+
+namespace tandem::megakernel {
+
+__device__ __forceinline__ int GlobalWarp() {
+  return static_cast<int>(blockIdx.x) * kWarpsPerBlock + static_cast<int>(threadIdx.x) / 32;
+}
+__device__ __forceinline__ int GridWarps() { return static_cast<int>(gridDim.x) * kWarpsPerBlock; }
+__device__ __forceinline__ int Lane() { return static_cast<int>(threadIdx.x) & 31; }
+__device__ __forceinline__ int Warp() { return static_cast<int>(threadIdx.x) / 32; }
+
+// Carves an activation set for n rows of `cols` out of shared memory at `cursor` (layout of
+// ActSetBytes in megakernel/smem.h). The fp32 copy lives in shared memory when `fp32_shared`.
+__device__ __forceinline__ ActSet CarveActs(uint8_t*& cursor, int n, int cols, bool fp32_shared,
+                                            float** x_shared) {
+  ActSet a;
+  a.cols = cols;
+  a.q = reinterpret_cast<int8_t*>(cursor);
+  cursor += Align16(static_cast<int64_t>(n) * cols);
+  a.d = reinterpret_cast<float*>(cursor);
+  cursor += Align16(static_cast<int64_t>(n) * (cols / 32) * 4);
+  a.s = reinterpret_cast<float*>(cursor);
+  cursor += Align16(static_cast<int64_t>(n) * (cols / 32) * 4);
+  *x_shared = nullptr;
+  if (fp32_shared) {
+    *x_shared = reinterpret_cast<float*>(cursor);
+    a.x = *x_shared;
+    cursor += Align16(static_cast<int64_t>(n) * cols * 4);
+  }
+  return a;
+}
+
+// dst[r] = RMSNorm(src[r]) * w for n rows (w may be null): one warp per row. Block-level.
+__device__ __forceinline__ void NormRows(const float* src, int src_stride, int n, int cols,
+                                         const float* w, float eps, float* dst) {
+  for (int r = Warp(); r < n; r += kWarpsPerBlock) {
+    const float* x = src + static_cast<int64_t>(r) * src_stride;
+    float ss = 0;
+    for (int i = Lane(); i < cols; i += 32) ss += x[i] * x[i];
+    ss = WarpSum(ss);
+    const float scale = 1.0f / sqrtf(ss / static_cast<float>(cols) + eps);
+    float* y = dst + static_cast<int64_t>(r) * cols;
+    for (int i = Lane(); i < cols; i += 32) y[i] = x[i] * scale * (w != nullptr ? w[i] : 1.0f);
+  }
+}
+
+// Quantises n rows of `cols` fp32 values (row stride `stride`) into a's int8 blocks: eight lanes
+// per 32-value block, four values each, four blocks per warp step (the loop is warp-uniform so
+// that the shuffles always see the whole warp). Block-level; __syncthreads() before reading a.
+__device__ __forceinline__ void QuantizeRows(const float* x, int stride, int n, const ActSet& a) {
+  const int blocks_per_row = a.cols / 32;
+  const int total = n * blocks_per_row;
+  const int sub = Lane() & 7;
+  for (int first = Warp() * 4; first < total; first += kWarpsPerBlock * 4) {
+    const int blk = first + (Lane() >> 3);
+    const bool valid = blk < total;
+    const int r = valid ? blk / blocks_per_row : 0, b = valid ? blk % blocks_per_row : 0;
+    float4 v = make_float4(0, 0, 0, 0);
+    if (valid) {
+      v = *reinterpret_cast<const float4*>(x + static_cast<int64_t>(r) * stride + 32 * b + 4 * sub);
+    }
+    float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+    float sum = (v.x + v.y) + (v.z + v.w);
+    for (int o = 4; o > 0; o >>= 1) {
+      amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, o));
+      sum += __shfl_xor_sync(kFullMask, sum, o);
+    }
+    if (!valid) continue;
+    const float d = amax / 127.0f;
+    const float id = d > 0 ? 1.0f / d : 0.0f;
+    const uint32_t q = (static_cast<uint32_t>(__float2int_rn(v.x * id)) & 0xffu) |
+                       (static_cast<uint32_t>(__float2int_rn(v.y * id)) & 0xffu) << 8 |
+                       (static_cast<uint32_t>(__float2int_rn(v.z * id)) & 0xffu) << 16 |
+                       (static_cast<uint32_t>(__float2int_rn(v.w * id)) & 0xffu) << 24;
+    *reinterpret_cast<uint32_t*>(const_cast<int8_t*>(a.q) + static_cast<int64_t>(r) * a.cols +
+                                 32 * b + 4 * sub) = q;
+    if (sub == 0) {
+      const_cast<float*>(a.d)[blk] = d;
+      const_cast<float*>(a.s)[blk] = sum;
+    }
+  }
+}
+
+__device__ __forceinline__ unsigned RowMask(int n_rows) { return (1u << n_rows) - 1u; }
+
+enum class OutMode : int32_t { kStore = 0, kAdd = 1, kSwiGlu = 2 };
+
+// One matrix-vector product of a phase: out[r][row] (op)= m[row] · act(r) for the rows r of
+// `mask`. kSwiGlu reads m2 at the same row and writes silu(m·x) * (m2·x).
+struct MatVecJob {
+  Matrix m, m2;
+  const ActSet* act = nullptr;
+  unsigned mask = 0;
+  int base = 0;
+  float* out = nullptr;
+  int out_stride = 0;  // per step row
+  OutMode mode = OutMode::kStore;
+};
+
+__device__ __forceinline__ int UnitsOf(const Matrix& m) {
+  const int rows_per_warp = 32 / GroupLanes(m.type, m.cols);
+  return (m.rows + rows_per_warp - 1) / rows_per_warp;
+}
+
+// Unit u of job j (rows u*RPW .. of m), executed by the calling warp.
+template <int R>
+__device__ __forceinline__ void RunUnit(const MatVecJob& job, int u) {
+  const int G = GroupLanes(job.m.type, job.m.cols);
+  const int lane_g = Lane() & (G - 1);
+  const int row = u * (32 / G) + Lane() / G;
+  const bool active = row < job.m.rows;
+  float acc[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = 0;
+  RowDot<R>(job.m.type, active ? job.m.data + row * job.m.row_bytes : nullptr, job.m.cols, lane_g,
+            G, *job.act, job.mask, job.base, acc);
+  float acc2[R];
+  if (job.mode == OutMode::kSwiGlu) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc2[r] = 0;
+    RowDot<R>(job.m2.type, active ? job.m2.data + row * job.m2.row_bytes : nullptr, job.m2.cols,
+              lane_g, G, *job.act, job.mask, job.base, acc2);
+  }
+  if (!active || lane_g != 0) return;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    if (!(job.mask >> r & 1u)) continue;
+    float* o = job.out + static_cast<int64_t>(ActRow(job.mask, job.base, r)) * job.out_stride + row;
+    if (job.mode == OutMode::kStore) {
+      *o = acc[r];
+    } else if (job.mode == OutMode::kAdd) {
+      *o += acc[r];
+    } else {
+      *o = Silu(acc[r]) * acc2[r];
+    }
+  }
+}
+
+// Runs every unit of jobs[0..n) over all warps of the grid.
+template <int R>
+__device__ __forceinline__ void RunJobs(const MatVecJob* jobs, int n) {
+  int total = 0;
+  for (int j = 0; j < n; ++j) total += UnitsOf(jobs[j].m);
+  for (int u = GlobalWarp(); u < total; u += GridWarps()) {
+    int j = 0, first = 0;
+    while (u - first >= UnitsOf(jobs[j].m)) first += UnitsOf(jobs[j++].m);
+    RunUnit<R>(jobs[j], u - first);
+  }
+}
+
+}  // namespace tandem::megakernel

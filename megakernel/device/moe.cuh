@@ -1,0 +1,363 @@
+// The MoE half of one layer as phases of a persistent kernel: RMSNorm, router and shared-expert
+// gate/up; softmax top-k (every block routes for itself, block 0 publishes the route table) and
+// gate/up + SwiGLU of the union of chosen experts plus the shared expert's down projection; the
+// experts' down projections; the weighted combine + sigmoid-gated shared expert + residual.
+// Experts marked off-card in the residency table go to the CPU through the mailbox instead.
+// C++17, device only.
+#pragma once
+
+#include <cuda/atomic>
+
+#include "megakernel/device/matvec.cuh"
+#include "megakernel/mailbox.h"
+
+namespace tandem::megakernel {
+
+inline constexpr int kMoePhases = 4;
+// Every block computes the routing of all rows into `rt` (shared memory); `expert_rows` is
+// n_expert words of shared scratch.
+__device__ void RouteRows(const MoeArgs& A, RouteTable& rt, uint32_t* expert_rows) {
+  const ModelDims& D = A.dims;
+  const int B = A.in->n_rows, E = D.n_expert, k = D.n_expert_used;
+  for (int e = threadIdx.x; e < E; e += kBlockThreads) expert_rows[e] = 0;
+  __syncthreads();
+  // Warp r: softmax top-k of row r. Lane i < k ends holding the i-th choice.
+  int my_id = -1;
+  float my_w = 0;
+  if (Warp() < B) {
+    const int r = Warp();
+    const float* logit = A.s.router + static_cast<int64_t>(r) * E;
+    float mx = -INFINITY;
+    for (int e = Lane(); e < E; e += 32) mx = fmaxf(mx, logit[e]);
+    mx = WarpMax(mx);
+    float sum = 0;
+    for (int e = Lane(); e < E; e += 32) sum += expf(logit[e] - mx);
+    sum = WarpSum(sum);
+    uint32_t taken = 0;  // bit t: element Lane() + 32t already chosen (E <= 1024)
+    float wsum = 0;
+    for (int i = 0; i < k; ++i) {
+      float best = -INFINITY;
+      int best_e = E;
+      for (int t = 0, e = Lane(); e < E; ++t, e += 32) {
+        const bool used = taken >> t & 1u;
+        if (!used && (logit[e] > best || (logit[e] == best && e < best_e))) {
+          best = logit[e];
+          best_e = e;
+        }
+      }
+      for (int o = 16; o > 0; o >>= 1) {
+        const float ob = __shfl_xor_sync(kFullMask, best, o);
+        const int oe = __shfl_xor_sync(kFullMask, best_e, o);
+        if (ob > best || (ob == best && oe < best_e)) {
+          best = ob;
+          best_e = oe;
+        }
+      }
+      if ((best_e & 31) == Lane()) {
+        taken |= 1u << (best_e >> 5);
+      }
+      const float p = expf(best - mx) / sum;
+      wsum += p;
+      if (Lane() == i) {
+        my_id = best_e;
+        my_w = p;
+      }
+    }
+    if (Lane() < k) {
+      if (D.norm_topk_prob) my_w /= wsum;
+      if (D.expert_weights_scale != 0.0f && D.expert_weights_scale != 1.0f) {
+        my_w *= D.expert_weights_scale;
+      }
+      atomicOr(&expert_rows[my_id], 1u << r);
+    }
+  }
+  __syncthreads();
+  // Warp 0: slots in ascending expert id, with their pair offsets (ballot + prefix popcounts).
+  if (Warp() == 0) {
+    int n_slots = 0, n_pairs = 0, n_off = 0;
+    for (int e0 = 0; e0 < E; e0 += 32) {
+      const int e = e0 + Lane();
+      const uint32_t rows = e < E ? expert_rows[e] : 0u;
+      const unsigned has = __ballot_sync(kFullMask, rows != 0);
+      const int before = __popc(has & ((1u << Lane()) - 1u));
+      int count = __popc(rows);
+      int prefix = count;  // inclusive scan of pair counts
+      for (int o = 1; o < 32; o <<= 1) {
+        const int v = __shfl_up_sync(kFullMask, prefix, o);
+        if (Lane() >= o) prefix += v;
+      }
+      if (rows != 0) {
+        const int s = n_slots + before;
+        const int dev = A.residency != nullptr ? A.residency[e] : e;
+        rt.slot_expert[s] = e;
+        rt.slot_device[s] = dev;
+        rt.slot_rows[s] = rows;
+        rt.slot_pair0[s] = n_pairs + prefix - count;
+      }
+      const int off = __popc(__ballot_sync(kFullMask, rows != 0 && A.residency != nullptr &&
+                                                          A.residency[e < E ? e : 0] < 0));
+      n_slots += __popc(has);
+      n_pairs += __shfl_sync(kFullMask, prefix, 31);
+      n_off += off;
+    }
+    if (Lane() == 0) {
+      rt.n_slots = n_slots;
+      rt.n_pairs = n_pairs;
+      rt.n_off_card = n_off;
+    }
+  }
+  __syncthreads();
+  // Warp r: its experts in ascending id with pair indices and weights.
+  if (Warp() < B) {
+    const int r = Warp();
+    int filled = 0;
+    for (int s0 = 0; s0 < rt.n_slots; s0 += 32) {
+      const int s = s0 + Lane();
+      const bool mine = s < rt.n_slots && (rt.slot_rows[s] >> r & 1u);
+      const unsigned ballot = __ballot_sync(kFullMask, mine);
+      // The weight of this slot's expert for row r, from the lane that chose it.
+      const int e = s < rt.n_slots ? rt.slot_expert[s] : -1;
+      float w = 0;
+      for (int i = 0; i < k; ++i) {
+        const int id_i = __shfl_sync(kFullMask, my_id, i);
+        const float w_i = __shfl_sync(kFullMask, my_w, i);
+        if (id_i == e) w = w_i;
+      }
+      if (mine) {
+        const int at = filled + __popc(ballot & ((1u << Lane()) - 1u));
+        const uint32_t rows = rt.slot_rows[s];
+        rt.row_pair[r][at] = rt.slot_device[s] >= 0
+                                 ? rt.slot_pair0[s] + __popc(rows & ((1u << r) - 1u))
+                                 : -1 - e;
+        rt.row_weight[r][at] = w;
+      }
+      filled += __popc(ballot);
+    }
+  }
+  __syncthreads();
+}
+
+// Phase 0: RMSNorm, router logits, shared-expert gate/up (SwiGLU) and gate logit.
+template <int R>
+__device__ void MoeRouterPhase(const MoeArgs& A, uint8_t* smem) {
+  const ModelDims& D = A.dims;
+  const int B = A.in->n_rows;
+  uint8_t* cursor = smem;
+  float* xs;
+  ActSet a = CarveActs(cursor, B, D.n_embd, true, &xs);
+  NormRows(A.s.x, D.n_embd, B, D.n_embd, A.norm, D.rms_eps, xs);
+  __syncthreads();
+  QuantizeRows(xs, D.n_embd, B, a);
+  __syncthreads();
+  MatVecJob jobs[3];
+  int n = 0;
+  jobs[n].m = A.router;
+  jobs[n].act = &a;
+  jobs[n].mask = RowMask(B);
+  jobs[n].out = A.s.router;
+  jobs[n++].out_stride = D.n_expert;
+  if (A.has_shexp) {
+    jobs[n].m = A.sh_gate;
+    jobs[n].m2 = A.sh_up;
+    jobs[n].act = &a;
+    jobs[n].mask = RowMask(B);
+    jobs[n].out = A.s.sh_act;
+    jobs[n].out_stride = D.n_ff_shexp;
+    jobs[n++].mode = OutMode::kSwiGlu;
+    jobs[n].m = A.sh_gate_inp;
+    jobs[n].act = &a;
+    jobs[n].mask = RowMask(B);
+    jobs[n].out = A.s.sh_gate;
+    jobs[n++].out_stride = 1;
+  }
+  RunJobs<R>(jobs, n);
+}
+
+__device__ __forceinline__ Matrix ExpertMatrix(const ExpertBank& bank, int slot) {
+  Matrix m;
+  m.data = bank.data + static_cast<int64_t>(slot) * bank.expert_bytes;
+  m.type = bank.type;
+  m.rows = bank.rows;
+  m.cols = bank.cols;
+  m.row_bytes = bank.row_bytes;
+  return m;
+}
+
+// Phase 1: routing, then gate/up + SwiGLU of every resident chosen expert for the rows that chose
+// it, and the shared expert's down projection. Block 0 publishes the route table (and the
+// off-card jobs to the mailbox).
+template <int R>
+__device__ void MoeExpertUpPhase(const MoeArgs& A, uint8_t* smem) {
+  const ModelDims& D = A.dims;
+  const int B = A.in->n_rows, H = D.n_embd;
+  uint8_t* cursor = smem;
+  RouteTable& rt = *reinterpret_cast<RouteTable*>(cursor);
+  cursor += Align16(sizeof(RouteTable));
+  uint32_t* expert_rows = reinterpret_cast<uint32_t*>(cursor);
+  cursor += Align16(int64_t{D.n_expert} * 4);
+  float* xs;
+  ActSet a = CarveActs(cursor, B, H, true, &xs);
+  float* unused;
+  ActSet sh{};
+  if (A.has_shexp) {
+    sh = CarveActs(cursor, B, D.n_ff_shexp, false, &unused);
+    sh.x = A.s.sh_act;
+  }
+  NormRows(A.s.x, H, B, H, A.norm, D.rms_eps, xs);
+  RouteRows(A, rt, expert_rows);  // starts and ends with __syncthreads()
+  QuantizeRows(xs, H, B, a);
+  if (A.has_shexp) QuantizeRows(A.s.sh_act, D.n_ff_shexp, B, sh);
+  __syncthreads();
+
+  if (blockIdx.x == 0) {
+    RouteTable& out = *reinterpret_cast<RouteTable*>(A.s.routes);
+    const int32_t* src = reinterpret_cast<const int32_t*>(&rt);
+    int32_t* dst = reinterpret_cast<int32_t*>(&out);
+    for (int i = threadIdx.x; i < static_cast<int>(sizeof(RouteTable) / 4); i += kBlockThreads) {
+      dst[i] = src[i];
+    }
+    const int k = D.n_expert_used;
+    for (int i = threadIdx.x; i < B * k; i += kBlockThreads) {
+      const int r = i / k, j = i % k;
+      const int pair = rt.row_pair[r][j];
+      int e;
+      if (pair >= 0) {
+        // Find the slot holding this pair (slots are few).
+        int s = 0;
+        while (s + 1 < rt.n_slots && rt.slot_pair0[s + 1] <= pair) ++s;
+        e = rt.slot_expert[s];
+      } else {
+        e = -1 - pair;
+      }
+      const int64_t at = (static_cast<int64_t>(r) * D.n_layer + A.layer) * k + j;
+      A.s.route_ids[at] = e;
+      A.s.route_weights[at] = rt.row_weight[r][j];
+    }
+    if (rt.n_off_card > 0 && A.mailbox != nullptr) {
+      // Publish the off-card jobs and the normed rows; release the posted flag system-wide.
+      MoeMailbox* mb = A.mailbox;
+      if (threadIdx.x == 0) {
+        int n = 0;
+        for (int r = 0; r < B; ++r) {
+          for (int j = 0; j < k; ++j) {
+            if (rt.row_pair[r][j] < 0 && n < kMaxMailboxJobs) {
+              mb->jobs[n].row = r;
+              mb->jobs[n].expert = -1 - rt.row_pair[r][j];
+              mb->jobs[n].weight = rt.row_weight[r][j];
+              ++n;
+            }
+          }
+        }
+        mb->n_jobs = n;
+        mb->n_rows = B;
+        mb->hidden = H;
+        mb->layer = A.layer;
+      }
+      for (int i = threadIdx.x; i < B * H; i += kBlockThreads) mb->rows[i] = xs[i];
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        __threadfence_system();
+        cuda::atomic_ref<uint32_t, cuda::thread_scope_system> posted(mb->posted);
+        posted.store(posted.load(cuda::memory_order_relaxed) + 1, cuda::memory_order_release);
+      }
+    }
+  }
+
+  const int upe = UnitsOf(ExpertMatrix(A.gate, 0));
+  const int expert_units = rt.n_slots * upe;
+  MatVecJob shjob;
+  int total = expert_units;
+  if (A.has_shexp) {
+    shjob.m = A.sh_down;
+    shjob.act = &sh;
+    shjob.mask = RowMask(B);
+    shjob.out = A.s.sh_out;
+    shjob.out_stride = H;
+    total += UnitsOf(A.sh_down);
+  }
+  for (int u = GlobalWarp(); u < total; u += GridWarps()) {
+    if (u >= expert_units) {
+      RunUnit<R>(shjob, u - expert_units);
+      continue;
+    }
+    const int s = u / upe;
+    if (rt.slot_device[s] < 0) continue;
+    MatVecJob job;
+    job.m = ExpertMatrix(A.gate, rt.slot_device[s]);
+    job.m2 = ExpertMatrix(A.up, rt.slot_device[s]);
+    job.act = &a;
+    job.mask = rt.slot_rows[s];
+    job.base = rt.slot_pair0[s];
+    job.out = A.s.exp_act;
+    job.out_stride = D.n_ff_exp;
+    job.mode = OutMode::kSwiGlu;
+    RunUnit<R>(job, u % upe);
+  }
+}
+
+// Phase 2: the down projection of every resident chosen expert for its rows.
+template <int R>
+__device__ void MoeExpertDownPhase(const MoeArgs& A, uint8_t* smem) {
+  const ModelDims& D = A.dims;
+  const RouteTable& rt = *reinterpret_cast<const RouteTable*>(A.s.routes);
+  const int n_pairs = rt.n_pairs, n_slots = rt.n_slots;
+  uint8_t* cursor = smem;
+  float* unused;
+  ActSet a = CarveActs(cursor, n_pairs, D.n_ff_exp, false, &unused);
+  a.x = A.s.exp_act;
+  QuantizeRows(A.s.exp_act, D.n_ff_exp, n_pairs, a);
+  __syncthreads();
+  const int upe = UnitsOf(ExpertMatrix(A.down, 0));
+  for (int u = GlobalWarp(); u < n_slots * upe; u += GridWarps()) {
+    const int s = u / upe;
+    if (rt.slot_device[s] < 0) continue;
+    MatVecJob job;
+    job.m = ExpertMatrix(A.down, rt.slot_device[s]);
+    job.act = &a;
+    job.mask = rt.slot_rows[s];
+    job.base = rt.slot_pair0[s];
+    job.out = A.s.exp_out;
+    job.out_stride = D.n_embd;
+    RunUnit<R>(job, u % upe);
+  }
+}
+
+// Phase 3: x[r] += Σ weight · expert output (ascending expert id, as the reference sums) +
+// sigmoid(gate) · shared expert (+ the CPU's partial sum for off-card experts).
+__device__ void MoeCombinePhase(const MoeArgs& A) {
+  const ModelDims& D = A.dims;
+  const RouteTable& rt = *reinterpret_cast<const RouteTable*>(A.s.routes);
+  const int B = A.in->n_rows, H = D.n_embd, k = D.n_expert_used;
+  if (rt.n_off_card > 0 && A.mailbox != nullptr) {
+    // Wait for the CPU's partial sum (acquire pairs with the host's release store of done).
+    cuda::atomic_ref<uint32_t, cuda::thread_scope_system> done(A.mailbox->done);
+    cuda::atomic_ref<uint32_t, cuda::thread_scope_system> posted(A.mailbox->posted);
+    const uint32_t want = posted.load(cuda::memory_order_acquire);
+    while (done.load(cuda::memory_order_acquire) != want) {
+    }
+  }
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * kBlockThreads + threadIdx.x;
+  for (int64_t i = tid; i < static_cast<int64_t>(B) * H; i += static_cast<int64_t>(gridDim.x) * kBlockThreads) {
+    const int r = static_cast<int>(i / H), c = static_cast<int>(i % H);
+    float v = 0;
+    for (int j = 0; j < k; ++j) {
+      const int pair = rt.row_pair[r][j];
+      if (pair >= 0) v += rt.row_weight[r][j] * A.s.exp_out[static_cast<int64_t>(pair) * H + c];
+    }
+    if (rt.n_off_card > 0 && A.mailbox != nullptr) v += A.mailbox->partial[i];
+    if (A.has_shexp) v += Sigmoid(A.s.sh_gate[r]) * A.s.sh_out[i];
+    A.s.x[i] += v;
+  }
+}
+
+template <int R>
+__device__ void MoePhase(const MoeArgs& A, int phase, uint8_t* smem) {
+  switch (phase) {
+    case 0: MoeRouterPhase<R>(A, smem); break;
+    case 1: MoeExpertUpPhase<R>(A, smem); break;
+    case 2: MoeExpertDownPhase<R>(A, smem); break;
+    case 3: MoeCombinePhase(A); break;
+  }
+}
+
+}  // namespace tandem::megakernel

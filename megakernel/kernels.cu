@@ -1,0 +1,186 @@
+// The persistent kernels of megakernel/ and their launchers: one kernel template per half whose
+// body runs phases [begin, end) with a grid barrier between them. Megakernel mode launches all
+// phases cooperatively at once; per-op mode launches one phase per ordinary kernel.
+#include <cooperative_groups.h>
+
+#include "megakernel/device/head.cuh"
+#include "megakernel/device/mixer.cuh"
+#include "megakernel/device/moe.cuh"
+#include "megakernel/launch.h"
+
+namespace tandem::megakernel {
+namespace {
+
+namespace cg = cooperative_groups;
+
+template <int R>
+__global__ void __launch_bounds__(kBlockThreads) MixerKernel(const MixerArgs args, int begin,
+                                                             int end) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  for (int p = begin; p < end; ++p) {
+    if (p > begin) cg::this_grid().sync();
+    MixerPhase<R>(args, p, smem);
+  }
+}
+
+template <int R>
+__global__ void __launch_bounds__(kBlockThreads) MoeKernel(const MoeArgs args, int begin, int end) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  for (int p = begin; p < end; ++p) {
+    if (p > begin) cg::this_grid().sync();
+    MoePhase<R>(args, p, smem);
+  }
+}
+
+template <int R>
+__global__ void __launch_bounds__(kBlockThreads) HeadKernel(const HeadArgs args, int begin, int end) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  for (int p = begin; p < end; ++p) {
+    if (p > begin) cg::this_grid().sync();
+    HeadPhase<R>(args, p, smem);
+  }
+}
+
+__global__ void __launch_bounds__(256) EmbedKernel(const HeadArgs args) { EmbedRows(args); }
+
+// One product out[r] = m · x[r] with the same prologue and row loop as the layer kernels.
+template <int R>
+__global__ void __launch_bounds__(kBlockThreads) MatVecKernel(const Matrix m, const float* x,
+                                                              int n_rows, float* out) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  uint8_t* cursor = smem;
+  float* unused;
+  ActSet a = CarveActs(cursor, n_rows, m.cols, false, &unused);
+  a.x = x;
+  QuantizeRows(x, m.cols, n_rows, a);
+  __syncthreads();
+  MatVecJob job;
+  job.m = m;
+  job.act = &a;
+  job.mask = RowMask(n_rows);
+  job.out = out;
+  job.out_stride = m.rows;
+  RunJobs<R>(&job, 1);
+}
+
+const void* KernelOf(Half half, int rows_variant) {
+  const bool one = rows_variant == 1;
+  switch (half) {
+    case Half::kMixer:
+      return one ? reinterpret_cast<const void*>(&MixerKernel<1>)
+                 : reinterpret_cast<const void*>(&MixerKernel<kMaxRows>);
+    case Half::kMoe:
+      return one ? reinterpret_cast<const void*>(&MoeKernel<1>)
+                 : reinterpret_cast<const void*>(&MoeKernel<kMaxRows>);
+    case Half::kHead:
+      return one ? reinterpret_cast<const void*>(&HeadKernel<1>)
+                 : reinterpret_cast<const void*>(&HeadKernel<kMaxRows>);
+  }
+  return nullptr;
+}
+
+// Launches phases of one half: all at once cooperatively, or one ordinary launch per phase.
+template <typename Args>
+cudaError_t LaunchPhases(const void* kernel, const Args& args, int n_phases, KernelMode mode,
+                         const LaunchShape& shape, cudaStream_t stream) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(shape.grid);
+  config.blockDim = dim3(kBlockThreads);
+  config.dynamicSmemBytes = static_cast<size_t>(shape.smem);
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeCooperative;
+  attribute[0].val.cooperative = 1;
+  if (mode == KernelMode::kMegakernel) {
+    config.attrs = attribute;
+    config.numAttrs = 1;
+    int begin = 0, end = n_phases;
+    void* params[] = {const_cast<Args*>(&args), &begin, &end};
+    return cudaLaunchKernelExC(&config, kernel, params);
+  }
+  for (int p = 0; p < n_phases; ++p) {
+    int begin = p, end = p + 1;
+    void* params[] = {const_cast<Args*>(&args), &begin, &end};
+    if (cudaError_t e = cudaLaunchKernelExC(&config, kernel, params); e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
+}  // namespace
+
+int PhaseCount(Half half, bool recurrent) {
+  switch (half) {
+    case Half::kMixer: return recurrent ? kDeltaNetPhases : kAttentionPhases;
+    case Half::kMoe: return kMoePhases;
+    case Half::kHead: return kHeadPhases;
+  }
+  return 0;
+}
+
+cudaError_t PrepareHalf(Half half, int rows_variant, int64_t smem, int max_blocks_per_sm,
+                        LaunchShape* shape) {
+  const void* kernel = KernelOf(half, rows_variant);
+  cudaFuncAttributes attributes;
+  if (cudaError_t e = cudaFuncGetAttributes(&attributes, kernel); e != cudaSuccess) return e;
+  if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(smem));
+      e != cudaSuccess) {
+    return e;
+  }
+  int device = 0, sms = 0, per_sm = 0;
+  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+  if (cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+      e != cudaSuccess) {
+    return e;
+  }
+  if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kBlockThreads,
+                                                                    static_cast<size_t>(smem));
+      e != cudaSuccess) {
+    return e;
+  }
+  if (per_sm == 0) return cudaErrorInvalidConfiguration;
+  shape->grid = sms * (per_sm < max_blocks_per_sm ? per_sm : max_blocks_per_sm);
+  shape->smem = smem;
+  return cudaSuccess;
+}
+
+cudaError_t LaunchMixer(const MixerArgs& args, int rows_variant, KernelMode mode,
+                        const LaunchShape& shape, cudaStream_t stream) {
+  return LaunchPhases(KernelOf(Half::kMixer, rows_variant), args,
+                      PhaseCount(Half::kMixer, args.recurrent != 0), mode, shape, stream);
+}
+
+cudaError_t LaunchMoe(const MoeArgs& args, int rows_variant, KernelMode mode,
+                      const LaunchShape& shape, cudaStream_t stream) {
+  return LaunchPhases(KernelOf(Half::kMoe, rows_variant), args, kMoePhases, mode, shape, stream);
+}
+
+cudaError_t LaunchHead(const HeadArgs& args, int rows_variant, KernelMode mode,
+                       const LaunchShape& shape, cudaStream_t stream) {
+  return LaunchPhases(KernelOf(Half::kHead, rows_variant), args, kHeadPhases, mode, shape, stream);
+}
+
+cudaError_t LaunchMatVec(const Matrix& m, const float* x, int n_rows, float* out,
+                         cudaStream_t stream) {
+  const int64_t smem = ActSetBytes(n_rows, m.cols, false);
+  const void* kernel = n_rows == 1 ? reinterpret_cast<const void*>(&MatVecKernel<1>)
+                                   : reinterpret_cast<const void*>(&MatVecKernel<kMaxRows>);
+  if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(smem));
+      e != cudaSuccess) {
+    return e;
+  }
+  if (n_rows == 1) {
+    MatVecKernel<1><<<264, kBlockThreads, smem, stream>>>(m, x, n_rows, out);
+  } else {
+    MatVecKernel<kMaxRows><<<264, kBlockThreads, smem, stream>>>(m, x, n_rows, out);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchEmbed(const HeadArgs& args, cudaStream_t stream) {
+  EmbedKernel<<<64, 256, 0, stream>>>(args);
+  return cudaGetLastError();
+}
+
+}  // namespace tandem::megakernel

@@ -1,0 +1,50 @@
+// Host entry points of the GPU kernels: raw device pointers in (the *Args structs), a stream, a
+// cudaError_t out. Each layer half is one persistent cooperative launch (megakernel mode, grid
+// barriers between phases) or one ordinary launch per phase (per-op mode, the same device code).
+// Row counts are compiled for 1 (decode) and 8 (verify, masked down to 2..8).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "megakernel/params.h"
+
+namespace tandem::megakernel {
+
+enum class KernelMode { kMegakernel, kPerOp };
+enum class Half { kMixer, kMoe, kHead };
+
+// Grid and dynamic shared memory of one kernel variant.
+struct LaunchShape {
+  int grid = 0;
+  int64_t smem = 0;
+};
+
+// Phases of a half (attention and DeltaNet mixers differ).
+int PhaseCount(Half half, bool recurrent);
+
+// Raises the kernel's dynamic shared-memory limit to `smem` and sizes a persistent grid from the
+// occupancy API (every block resident at once, as a cooperative launch requires), at most
+// `max_blocks_per_sm` per multiprocessor. Also forces the module to load now.
+cudaError_t PrepareHalf(Half half, int rows_variant, int64_t smem, int max_blocks_per_sm,
+                        LaunchShape* shape);
+
+cudaError_t LaunchMixer(const MixerArgs& args, int rows_variant, KernelMode mode,
+                        const LaunchShape& shape, cudaStream_t stream);
+cudaError_t LaunchMoe(const MoeArgs& args, int rows_variant, KernelMode mode,
+                      const LaunchShape& shape, cudaStream_t stream);
+cudaError_t LaunchHead(const HeadArgs& args, int rows_variant, KernelMode mode,
+                       const LaunchShape& shape, cudaStream_t stream);
+// The embedding gather (an ordinary kernel in both modes).
+cudaError_t LaunchEmbed(const HeadArgs& args, cudaStream_t stream);
+
+// out[r][row] = m[row] · x[r] for n_rows (1..8) rows of m.cols fp32 values, through the same
+// activation quantisation and codecs as the layer kernels (tests and the kernel lab use it).
+cudaError_t LaunchMatVec(const Matrix& m, const float* x, int n_rows, float* out,
+                         cudaStream_t stream);
+
+// Rows variant compiled for n rows: 1 or kMaxRows.
+inline int RowsVariant(int n_rows) { return n_rows <= 1 ? 1 : kMaxRows; }
+
+}  // namespace tandem::megakernel

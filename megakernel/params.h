@@ -1,0 +1,180 @@
+// Plain structs the host fills and the GPU kernels read: device pointers to weights, state and
+// scratch, and the dimensions of one model. No behaviour lives here; every field is set by
+// megakernel/runner.cc, checked there once, and passed to kernels by value. C++17 (included from
+// .cu files).
+#pragma once
+
+#include <cstdint>
+
+// Member functions callable from host and device code.
+#if defined(__CUDACC__)
+#define TANDEM_MEMBER_HD __host__ __device__
+#else
+#define TANDEM_MEMBER_HD
+#endif
+
+namespace tandem::megakernel {
+
+struct MoeMailbox;  // megakernel/mailbox.h
+
+// Rows of one step: 1 for plain decode, 2..8 for speculative verify (and prefill chunks).
+inline constexpr int kMaxRows = 8;
+// Threads of every persistent block.
+inline constexpr int kBlockThreads = 512;
+inline constexpr int kWarpsPerBlock = kBlockThreads / 32;
+
+// One weight matrix in GGUF layout on the device: `rows` rows of `cols` elements, each row
+// `row_bytes` long. `type` is a quant::GgmlType value with a device codec.
+struct Matrix {
+  const uint8_t* data = nullptr;
+  int32_t type = 0;
+  int32_t rows = 0;
+  int32_t cols = 0;
+  int64_t row_bytes = 0;
+};
+
+// A stacked expert tensor: slot s holds one expert's `rows` x `cols` matrix at data + s * stride.
+struct ExpertBank {
+  const uint8_t* data = nullptr;
+  int32_t type = 0;
+  int32_t rows = 0;
+  int32_t cols = 0;
+  int64_t row_bytes = 0;
+  int64_t expert_bytes = 0;
+};
+
+// What the host writes before every step (device memory, so that captured graphs replay it).
+struct StepInput {
+  int32_t n_rows = 0;     // B
+  int32_t first_pos = 0;  // position of row 0; row r sits at first_pos + r
+  int32_t tokens[kMaxRows] = {};
+  int32_t logits_row0 = 0;   // first row that gets logits
+  int32_t n_logit_rows = 0;  // rows from logits_row0 that get logits (and an argmax)
+};
+
+struct ModelDims {
+  int32_t n_layer = 0, n_embd = 0, n_vocab = 0, n_ctx = 0;
+  float rms_eps = 0;
+  // Attention.
+  int32_t n_head = 0, n_head_kv = 0, head_dim = 0, n_rot = 0;
+  int32_t gated_attention = 0;  // qwen3next / qwen35moe: query rows carry a sigmoid gate
+  const float* rope_inv_freq = nullptr;  // n_rot / 2 values
+  // DeltaNet.
+  int32_t ssm_n_k = 0, ssm_n_v = 0, ssm_dk = 0, ssm_dv = 0, ssm_conv_kernel = 0;
+  int32_t ssm_tiled_heads = 0;  // qwen35moe: value head j reads key head j % n_k
+  int32_t ssm_grouped_ba = 0;   // qwen3next: fused [b | a] rows grouped per key head
+  // MoE.
+  int32_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0, n_ff_shexp = 0;
+  int32_t norm_topk_prob = 1;
+  float expert_weights_scale = 0;  // 0 or 1: unused
+  TANDEM_MEMBER_HD int32_t ssm_conv_dim() const { return 2 * ssm_n_k * ssm_dk + ssm_n_v * ssm_dv; }
+  TANDEM_MEMBER_HD int32_t ssm_d_inner() const { return ssm_n_v * ssm_dv; }
+  TANDEM_MEMBER_HD int32_t q_rows() const { return n_head * head_dim * (gated_attention ? 2 : 1); }
+  TANDEM_MEMBER_HD int32_t kv_dim() const { return n_head_kv * head_dim; }
+};
+
+// Per-step scratch shared by all layers (device memory, sized for kMaxRows rows).
+struct Scratch {
+  float* x = nullptr;         // [B][n_embd] residual stream
+  float* proj = nullptr;      // [B][proj_stride] mixer projections (q|k|v or qkv|z|b|a)
+  int32_t proj_stride = 0;
+  float* mix = nullptr;       // [B][mix_stride] attention output / DeltaNet conv output
+  int32_t mix_stride = 0;
+  float* mix2 = nullptr;      // [B][mix_stride] DeltaNet delta-rule output before the gated norm
+  float* attn_part = nullptr; // [B][n_head][n_chunks_max][head_dim + 2] attention partials
+  int32_t n_chunks_max = 0;
+  float* router = nullptr;    // [B][n_expert] router logits
+  float* sh_act = nullptr;    // [B][n_ff_shexp] silu(gate) * up of the shared expert
+  float* sh_gate = nullptr;   // [B] shared-expert gate logit
+  float* sh_out = nullptr;    // [B][n_embd] shared-expert output
+  float* exp_act = nullptr;   // [B*k][n_ff_exp] silu(gate) * up per (expert, row) pair
+  float* exp_out = nullptr;   // [B*k][n_embd] down projection per pair
+  int32_t* routes = nullptr;  // RouteTable (see moe.cuh), written by block 0
+  int32_t* route_ids = nullptr;  // [B][n_layer][k] chosen experts (for routing logs)
+  float* route_weights = nullptr;  // [B][n_layer][k]
+  float* logits = nullptr;    // [B][n_vocab]
+  float* best = nullptr;      // [grid][kMaxRows][2] per-block argmax candidates (value, index)
+  int32_t* argmax = nullptr;  // [B]
+};
+
+struct AttentionLayer {
+  Matrix wq, wk, wv, wo;
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
+  float* k_cache = nullptr;  // [n_ctx][kv_dim]
+  float* v_cache = nullptr;
+};
+
+struct DeltaNetLayer {
+  Matrix qkv, z, ba, beta, alpha, out;  // ba (qwen3next) or beta + alpha (qwen35moe)
+  const float* conv = nullptr;          // [conv_dim][K]
+  const float* dt_bias = nullptr;       // [n_v]
+  const float* a = nullptr;             // [n_v] = -exp(A_log)
+  const float* norm = nullptr;          // [dv]
+  float* conv_state = nullptr;          // [conv_dim][K-1]
+  float* ssm_state = nullptr;           // [n_v][dk][dv]
+  float* conv_snap = nullptr;           // [kMaxRows-1][conv_dim][K-1]: after rows 0..B-2
+  float* ssm_snap = nullptr;            // [kMaxRows-1][n_v][dk][dv]
+};
+
+struct MixerArgs {
+  ModelDims dims;
+  Scratch s;
+  const StepInput* in = nullptr;
+  int32_t layer = 0;
+  int32_t recurrent = 0;
+  const float* norm = nullptr;  // attn_norm
+  AttentionLayer att;
+  DeltaNetLayer dn;
+};
+
+struct MoeArgs {
+  ModelDims dims;
+  Scratch s;
+  const StepInput* in = nullptr;
+  int32_t layer = 0;
+  const float* norm = nullptr;  // post-attention norm
+  Matrix router;
+  ExpertBank gate, up, down;
+  // Residency of this layer's experts: slot in the banks above, or -1 when the expert lives in
+  // host RAM and is computed by the CPU side through `mailbox`.
+  const int32_t* residency = nullptr;
+  Matrix sh_gate, sh_up, sh_down, sh_gate_inp;  // sh_gate_inp: 1 x n_embd (F32)
+  int32_t has_shexp = 0;
+  MoeMailbox* mailbox = nullptr;  // pinned mapped host memory; null: every expert resident
+};
+
+struct HeadArgs {
+  ModelDims dims;
+  Scratch s;
+  const StepInput* in = nullptr;
+  const float* norm = nullptr;  // output_norm
+  Matrix output;
+  Matrix embed;                 // token_embd, read by the embedding kernel
+};
+
+inline constexpr int kMaxExpertsUsed = 16;                    // checked on the host
+inline constexpr int kMaxSlots = kMaxRows * kMaxExpertsUsed;  // distinct experts of one step
+inline constexpr int kMaxExperts = 1024;                      // checked on the host
+
+// The routing of one layer of one step, as block 0 writes it for the later phases. Slots are the
+// distinct chosen experts in ascending id; pairs are (slot, row) in slot order, rows ascending.
+struct RouteTable {
+  int32_t n_slots;
+  int32_t n_pairs;
+  int32_t n_off_card;
+  int32_t slot_expert[kMaxSlots];
+  int32_t slot_device[kMaxSlots];  // slot in the device bank, or -1 (off-card)
+  uint32_t slot_rows[kMaxSlots];   // row mask
+  int32_t slot_pair0[kMaxSlots];   // first pair of the slot
+  // Row r's chosen experts in ascending id: the pair (or -1 - expert when off-card) and weight.
+  int32_t row_pair[kMaxRows][kMaxExpertsUsed];
+  float row_weight[kMaxRows][kMaxExpertsUsed];
+};
+
+// Shared memory of the routing phase beyond the activations.
+TANDEM_MEMBER_HD constexpr inline int64_t RouteSmemBytes(int n_expert) {
+  return ((static_cast<int64_t>(sizeof(RouteTable)) + 15) & ~int64_t{15}) + ((int64_t{n_expert} * 4 + 15) & ~int64_t{15});
+}
+
+}  // namespace tandem::megakernel

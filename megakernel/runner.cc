@@ -1,0 +1,589 @@
+#include "megakernel/runner.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "megakernel/codecs.h"
+#include "megakernel/cuda_status.h"
+#include "megakernel/smem.h"
+#include "runtime/base/sizes.h"
+#include "runtime/base/status_macros.h"
+
+namespace tandem::megakernel {
+
+struct GpuRunner::Graph {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ~Graph() {
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+  }
+};
+
+std::string CudaUnavailableReason() {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) return absl::StrCat("no usable CUDA device (", cudaGetErrorString(e), ")");
+  if (count == 0) return "no CUDA device found";
+  return "";
+}
+
+namespace {
+
+// The model tensors the kernels read, checked once: a device codec, whole slices per row, and
+// f32 for every 1-D parameter.
+absl::Status CheckMatrix(const format::TensorInfo& t) {
+  const int slice = SliceElems(static_cast<int>(t.type));
+  if (slice == 0) {
+    return absl::UnimplementedError(absl::StrCat(
+        "tensor ", t.name, " is ", quant::GetTypeInfo(t.type).name,
+        ", which the CUDA kernels do not read (they read ", DeviceCodecNames(),
+        "); use --backend cpu, or convert the model with those types"));
+  }
+  if (t.dims[0] % slice != 0 || t.dims[0] % 32 != 0) {
+    return absl::UnimplementedError(absl::StrCat("tensor ", t.name, ": rows of ", t.dims[0],
+                                                 " elements are not a multiple of ",
+                                                 std::max(slice, 32), " (CUDA kernels)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+GpuRunner::~GpuRunner() {
+  graphs_.clear();
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  if (step_host_ != nullptr) cudaFreeHost(step_host_);
+  for (void* p : allocations_) cudaFree(p);
+}
+
+uint8_t* GpuRunner::AllocBytes(uint64_t bytes, uint64_t* counter) {
+  // 64 bytes of slack: codecs read one aligned word past a row's last block.
+  void* p = nullptr;
+  if (cudaMalloc(&p, bytes + 64) != cudaSuccess) return nullptr;
+  allocations_.push_back(p);
+  *counter += bytes + 64;
+  return static_cast<uint8_t*>(p);
+}
+
+float* GpuRunner::AllocF32(uint64_t count, uint64_t* counter) {
+  return reinterpret_cast<float*>(AllocBytes(count * 4, counter));
+}
+
+absl::StatusOr<std::unique_ptr<GpuRunner>> GpuRunner::Create(const model::Model& model,
+                                                             const RunnerOptions& options) {
+  if (const std::string why = CudaUnavailableReason(); !why.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat("--backend cuda: ", why));
+  }
+  if (!model.materialized()) {
+    return absl::FailedPreconditionError(absl::StrCat(model.source(), ": tensor data not loaded"));
+  }
+  auto runner = std::unique_ptr<GpuRunner>(new GpuRunner());
+  runner->options_ = options;
+  runner->hp_ = model.hparams();
+  const model::HParams& hp = runner->hp_;
+  ModelDims& d = runner->dims_;
+  d.n_layer = hp.n_layer;
+  d.n_embd = hp.n_embd;
+  d.n_vocab = hp.n_vocab;
+  d.n_ctx = options.n_ctx;
+  d.rms_eps = hp.rms_eps;
+  d.n_head = hp.n_head;
+  d.n_head_kv = hp.n_head_kv;
+  d.head_dim = hp.head_dim;
+  d.n_rot = hp.n_rot;
+  d.gated_attention = hp.is_hybrid() ? 1 : 0;
+  d.n_expert = hp.n_expert;
+  d.n_expert_used = hp.n_expert_used;
+  d.n_ff_exp = hp.n_ff_exp;
+  d.n_ff_shexp = hp.n_ff_shexp;
+  d.norm_topk_prob = hp.norm_topk_prob ? 1 : 0;
+  d.expert_weights_scale = hp.expert_weights_scale;
+  if (hp.is_hybrid()) {
+    d.ssm_n_k = hp.ssm_n_group;
+    d.ssm_n_v = hp.ssm_dt_rank;
+    d.ssm_dk = hp.ssm_d_state;
+    d.ssm_dv = hp.head_v_dim();
+    d.ssm_conv_kernel = hp.ssm_conv_kernel;
+    d.ssm_tiled_heads = hp.arch == model::Arch::kQwen35Moe ? 1 : 0;
+    d.ssm_grouped_ba = model.Find("blk.0.ssm_ba.weight") != nullptr ? 1 : 0;
+  }
+
+  // Shapes the kernels were written for, checked once here.
+  std::string bad;
+  auto need = [&](bool ok, const std::string& what) {
+    if (!ok) absl::StrAppend(&bad, bad.empty() ? "" : "; ", what);
+  };
+  need(d.head_dim % 32 == 0 && d.head_dim <= 256, absl::StrCat("head_dim ", d.head_dim, " (need a multiple of 32, at most 256)"));
+  need(d.n_rot % 2 == 0 && d.n_rot <= d.head_dim, absl::StrCat("rotary dims ", d.n_rot));
+  need(d.n_embd % 32 == 0, absl::StrCat("hidden size ", d.n_embd, " (need a multiple of 32)"));
+  need(d.n_expert <= kMaxExperts, absl::StrCat(d.n_expert, " experts (at most ", kMaxExperts, ")"));
+  need(d.n_expert_used <= kMaxExpertsUsed, absl::StrCat(d.n_expert_used, " experts per token (at most ", kMaxExpertsUsed, ")"));
+  if (hp.is_hybrid()) {
+    need(d.ssm_conv_kernel >= 2 && d.ssm_conv_kernel <= 8, absl::StrCat("conv kernel ", d.ssm_conv_kernel));
+    need(d.ssm_dv % 32 == 0, absl::StrCat("DeltaNet value head dim ", d.ssm_dv, " (need a multiple of 32)"));
+  }
+  if (!bad.empty()) {
+    return absl::UnimplementedError(absl::StrCat(model.source(), ": the CUDA kernels do not support ", bad));
+  }
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&runner->stream_, cudaStreamNonBlocking));
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaMallocHost(&runner->step_host_, sizeof(StepInput)));
+  TANDEM_RETURN_IF_ERROR(runner->Upload(model));
+  TANDEM_RETURN_IF_ERROR(runner->AllocateState());
+  return runner;
+}
+
+absl::Status GpuRunner::Upload(const model::Model& model) {
+  const model::HParams& hp = hp_;
+  // Every tensor the forward pass reads, checked before anything is allocated.
+  std::vector<const format::TensorInfo*> used;
+  uint64_t total = 0;
+  for (const format::TensorInfo& t : model.tensors()) {
+    if (t.name.starts_with("blk.")) {
+      const int layer = std::atoi(t.name.c_str() + 4);
+      if (layer >= hp.n_layer) continue;  // MTP blocks
+    }
+    if (t.dims.size() == 1) {
+      if (t.type != quant::GgmlType::kF32) {
+        return absl::InvalidArgumentError(absl::StrCat("tensor ", t.name, " must be f32"));
+      }
+    } else if (t.name != "blk.0.ssm_conv1d.weight" && !t.name.ends_with("ssm_conv1d.weight")) {
+      TANDEM_RETURN_IF_ERROR(CheckMatrix(t));
+    }
+    used.push_back(&t);
+    total += t.nbytes + 64;
+  }
+  // The budget covers weights, caches, states and scratch; state and scratch are sized first.
+  {
+    const uint64_t kv = static_cast<uint64_t>(options_.n_ctx) * dims_.kv_dim() * 4 * 2;
+    uint64_t state = 0;
+    for (int il = 0; il < hp.n_layer; ++il) {
+      if (hp.IsRecurrentLayer(il)) {
+        state += static_cast<uint64_t>(dims_.ssm_conv_dim()) * (dims_.ssm_conv_kernel - 1) * 4 * kMaxRows;
+        state += static_cast<uint64_t>(dims_.ssm_n_v) * dims_.ssm_dk * dims_.ssm_dv * 4 * kMaxRows;
+      } else {
+        state += kv;
+      }
+    }
+    if (options_.vram_budget > 0 && total + state > options_.vram_budget) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          model.source(), ": the CUDA backend keeps every weight on the card and needs ",
+          FormatBytes(total + state), " (weights ", FormatBytes(total), ", caches and states ",
+          FormatBytes(state), " at context ", options_.n_ctx, ") plus scratch, over the VRAM budget of ",
+          FormatBytes(options_.vram_budget),
+          "; raise --vram-budget, lower --ctx, or use --backend cpu (experts in host RAM on the "
+          "GPU path are not built yet)"));
+    }
+  }
+  std::map<std::string, const uint8_t*> dev;
+  uint64_t done = 0;
+  for (const format::TensorInfo* t : used) {
+    uint8_t* p = AllocBytes(t->nbytes, &vram_.weights);
+    if (p == nullptr) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "out of device memory uploading ", t->name, " (", FormatBytes(t->nbytes), ") after ",
+          FormatBytes(vram_.weights), " of weights"));
+    }
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpy(p, t->data, t->nbytes, cudaMemcpyHostToDevice));
+    dev[t->name] = p;
+    done += t->nbytes + 64;
+    if (options_.progress) options_.progress(done, total);
+  }
+  auto find = [&](const std::string& name) -> const format::TensorInfo* { return model.Find(name); };
+  auto matrix = [&](const std::string& name) {
+    Matrix m;
+    const format::TensorInfo* t = find(name);
+    if (t == nullptr) return m;
+    m.data = dev[name];
+    m.type = static_cast<int32_t>(t->type);
+    m.cols = static_cast<int32_t>(t->dims[0]);
+    m.rows = static_cast<int32_t>(t->rows());
+    m.row_bytes = t->row_bytes();
+    return m;
+  };
+  auto bank = [&](const std::string& name) {
+    ExpertBank b;
+    const format::TensorInfo* t = find(name);
+    b.data = dev[name];
+    b.type = static_cast<int32_t>(t->type);
+    b.cols = static_cast<int32_t>(t->dims[0]);
+    b.rows = static_cast<int32_t>(t->dims[1]);
+    b.row_bytes = t->row_bytes();
+    b.expert_bytes = b.row_bytes * b.rows;
+    return b;
+  };
+  auto vec = [&](const std::string& name) -> const float* {
+    auto it = dev.find(name);
+    return it == dev.end() ? nullptr : reinterpret_cast<const float*>(it->second);
+  };
+  std::string missing;
+  for (const char* name : {"token_embd.weight", "output_norm.weight", "output.weight"}) {
+    if (find(name) == nullptr) absl::StrAppend(&missing, missing.empty() ? "" : ", ", name);
+  }
+  mixer_.resize(hp.n_layer);
+  moe_.resize(hp.n_layer);
+  for (int il = 0; il < hp.n_layer; ++il) {
+    const std::string p = absl::StrCat("blk.", il, ".");
+    auto require = [&](const std::string& n) {
+      if (find(p + n) == nullptr) absl::StrAppend(&missing, missing.empty() ? "" : ", ", p + n);
+    };
+    MixerArgs& mx = mixer_[il];
+    mx.layer = il;
+    mx.recurrent = hp.IsRecurrentLayer(il) ? 1 : 0;
+    require("attn_norm.weight");
+    mx.norm = vec(p + "attn_norm.weight");
+    if (mx.recurrent) {
+      for (const char* n : {"attn_qkv.weight", "attn_gate.weight", "ssm_conv1d.weight", "ssm_dt.bias",
+                            "ssm_a", "ssm_norm.weight", "ssm_out.weight"}) {
+        require(n);
+      }
+      require(dims_.ssm_grouped_ba ? "ssm_ba.weight" : "ssm_beta.weight");
+      if (!dims_.ssm_grouped_ba) require("ssm_alpha.weight");
+      mx.dn.qkv = matrix(p + "attn_qkv.weight");
+      mx.dn.z = matrix(p + "attn_gate.weight");
+      mx.dn.ba = matrix(p + "ssm_ba.weight");
+      mx.dn.beta = matrix(p + "ssm_beta.weight");
+      mx.dn.alpha = matrix(p + "ssm_alpha.weight");
+      mx.dn.out = matrix(p + "ssm_out.weight");
+      mx.dn.conv = vec(p + "ssm_conv1d.weight");
+      mx.dn.dt_bias = vec(p + "ssm_dt.bias");
+      mx.dn.a = vec(p + "ssm_a");
+      mx.dn.norm = vec(p + "ssm_norm.weight");
+    } else {
+      for (const char* n : {"attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight",
+                            "attn_q_norm.weight", "attn_k_norm.weight"}) {
+        require(n);
+      }
+      mx.att.wq = matrix(p + "attn_q.weight");
+      mx.att.wk = matrix(p + "attn_k.weight");
+      mx.att.wv = matrix(p + "attn_v.weight");
+      mx.att.wo = matrix(p + "attn_output.weight");
+      mx.att.q_norm = vec(p + "attn_q_norm.weight");
+      mx.att.k_norm = vec(p + "attn_k_norm.weight");
+    }
+    MoeArgs& me = moe_[il];
+    me.layer = il;
+    const std::string post = hp.is_hybrid() ? "post_attention_norm.weight" : "ffn_norm.weight";
+    for (const std::string& n : {post, std::string("ffn_gate_inp.weight"), std::string("ffn_gate_exps.weight"),
+                                 std::string("ffn_up_exps.weight"), std::string("ffn_down_exps.weight")}) {
+      require(n);
+    }
+    if (!missing.empty()) continue;
+    me.norm = vec(p + post);
+    me.router = matrix(p + "ffn_gate_inp.weight");
+    me.gate = bank(p + "ffn_gate_exps.weight");
+    me.up = bank(p + "ffn_up_exps.weight");
+    me.down = bank(p + "ffn_down_exps.weight");
+    me.has_shexp = hp.n_ff_shexp > 0 ? 1 : 0;
+    if (me.has_shexp) {
+      for (const char* n : {"ffn_gate_inp_shexp.weight", "ffn_gate_shexp.weight",
+                            "ffn_up_shexp.weight", "ffn_down_shexp.weight"}) {
+        require(n);
+      }
+      me.sh_gate = matrix(p + "ffn_gate_shexp.weight");
+      me.sh_up = matrix(p + "ffn_up_shexp.weight");
+      me.sh_down = matrix(p + "ffn_down_shexp.weight");
+      me.sh_gate_inp = matrix(p + "ffn_gate_inp_shexp.weight");
+      me.sh_gate_inp.rows = 1;
+      me.sh_gate_inp.cols = hp.n_embd;
+      me.sh_gate_inp.row_bytes = int64_t{hp.n_embd} * 4;
+      me.sh_gate_inp.type = static_cast<int32_t>(quant::GgmlType::kF32);
+    }
+    me.residency = nullptr;  // every expert resident: slot == expert id
+  }
+  if (!missing.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(model.source(), ": missing tensors for the CUDA backend: ", missing));
+  }
+  head_.norm = vec("output_norm.weight");
+  head_.output = matrix("output.weight");
+  head_.embed = matrix("token_embd.weight");
+  return absl::OkStatus();
+}
+
+absl::Status GpuRunner::AllocateState() {
+  const ModelDims& d = dims_;
+  const model::HParams& hp = hp_;
+  const int B = kMaxRows, k = d.n_expert_used;
+  auto oom = [&](const char* what) {
+    return absl::ResourceExhaustedError(absl::StrCat("out of device memory allocating ", what,
+                                                     " (", FormatBytes(vram_.total()), " allocated)"));
+  };
+  // Rope frequencies and scratch.
+  std::vector<float> inv_freq(std::max(1, d.n_rot / 2));
+  for (int i = 0; i < d.n_rot / 2; ++i) {
+    inv_freq[i] = 1.0f / std::pow(hp.rope_theta, static_cast<float>(2 * i) / d.n_rot);
+  }
+  float* freq = AllocF32(inv_freq.size(), &vram_.scratch);
+  if (freq == nullptr) return oom("rope frequencies");
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpy(freq, inv_freq.data(), inv_freq.size() * 4, cudaMemcpyHostToDevice));
+  dims_.rope_inv_freq = freq;
+
+  Scratch& s = scratch_;
+  const int conv_dim = hp.is_hybrid() ? d.ssm_conv_dim() : 0;
+  const int d_inner = hp.is_hybrid() ? d.ssm_d_inner() : 0;
+  s.proj_stride = std::max(d.q_rows() + 2 * d.kv_dim(), conv_dim + d_inner + 2 * d.ssm_n_v);
+  s.mix_stride = std::max(d.n_head * d.head_dim, conv_dim);
+  s.n_chunks_max = (d.n_ctx + 31) / 32;
+  int device = 0, sms = 0;
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const uint64_t max_grid = static_cast<uint64_t>(sms) * std::max(1, options_.max_blocks_per_sm);
+  struct {
+    float** ptr;
+    uint64_t count;
+    const char* what;
+  } f32s[] = {
+      {&s.x, uint64_t{B} * d.n_embd, "x"},
+      {&s.proj, uint64_t{B} * s.proj_stride, "projections"},
+      {&s.mix, uint64_t{B} * s.mix_stride, "mixer output"},
+      {&s.mix2, uint64_t{B} * std::max(1, d_inner), "DeltaNet output"},
+      {&s.attn_part, uint64_t{B} * d.n_head * s.n_chunks_max * (d.head_dim + 2), "attention partials"},
+      {&s.router, uint64_t{B} * d.n_expert, "router logits"},
+      {&s.sh_act, uint64_t{B} * std::max(1, d.n_ff_shexp), "shared expert"},
+      {&s.sh_gate, uint64_t{B}, "shared gate"},
+      {&s.sh_out, uint64_t{B} * d.n_embd, "shared expert output"},
+      {&s.exp_act, uint64_t{B} * k * d.n_ff_exp, "expert activations"},
+      {&s.exp_out, uint64_t{B} * k * d.n_embd, "expert outputs"},
+      {&s.route_weights, uint64_t{B} * d.n_layer * k, "routes"},
+      {&s.logits, uint64_t{B} * d.n_vocab, "logits"},
+      {&s.best, max_grid * kMaxRows * 2, "argmax"},
+  };
+  for (auto& f : f32s) {
+    *f.ptr = AllocF32(f.count, &vram_.scratch);
+    if (*f.ptr == nullptr) return oom(f.what);
+  }
+  s.routes = reinterpret_cast<int32_t*>(AllocBytes(sizeof(RouteTable), &vram_.scratch));
+  s.route_ids = reinterpret_cast<int32_t*>(AllocBytes(uint64_t{B} * d.n_layer * k * 4, &vram_.scratch));
+  s.argmax = reinterpret_cast<int32_t*>(AllocBytes(uint64_t{B} * 4, &vram_.scratch));
+  step_dev_ = reinterpret_cast<StepInput*>(AllocBytes(sizeof(StepInput), &vram_.scratch));
+  if (s.routes == nullptr || s.route_ids == nullptr || s.argmax == nullptr || step_dev_ == nullptr) {
+    return oom("route tables");
+  }
+
+  // Per-layer state.
+  for (int il = 0; il < d.n_layer; ++il) {
+    MixerArgs& mx = mixer_[il];
+    if (mx.recurrent) {
+      conv_state_floats_ = uint64_t{static_cast<uint32_t>(conv_dim)} * (d.ssm_conv_kernel - 1);
+      ssm_state_floats_ = uint64_t{static_cast<uint32_t>(d.ssm_n_v)} * d.ssm_dk * d.ssm_dv;
+      mx.dn.conv_state = AllocF32(conv_state_floats_, &vram_.deltanet_state);
+      mx.dn.ssm_state = AllocF32(ssm_state_floats_, &vram_.deltanet_state);
+      mx.dn.conv_snap = AllocF32(conv_state_floats_ * (kMaxRows - 1), &vram_.deltanet_state);
+      mx.dn.ssm_snap = AllocF32(ssm_state_floats_ * (kMaxRows - 1), &vram_.deltanet_state);
+      if (mx.dn.conv_state == nullptr || mx.dn.ssm_state == nullptr || mx.dn.conv_snap == nullptr ||
+          mx.dn.ssm_snap == nullptr) {
+        return oom("DeltaNet state");
+      }
+    } else {
+      mx.att.k_cache = AllocF32(uint64_t{static_cast<uint32_t>(d.n_ctx)} * d.kv_dim(), &vram_.kv_cache);
+      mx.att.v_cache = AllocF32(uint64_t{static_cast<uint32_t>(d.n_ctx)} * d.kv_dim(), &vram_.kv_cache);
+      if (mx.att.k_cache == nullptr || mx.att.v_cache == nullptr) return oom("KV cache");
+    }
+  }
+  if (options_.vram_budget > 0 && vram_.total() > options_.vram_budget) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the CUDA backend needs ", FormatBytes(vram_.total()), " on the card (weights ",
+        FormatBytes(vram_.weights), ", KV cache ", FormatBytes(vram_.kv_cache), ", DeltaNet state ",
+        FormatBytes(vram_.deltanet_state), ", scratch ", FormatBytes(vram_.scratch),
+        "), over the VRAM budget of ", FormatBytes(options_.vram_budget)));
+  }
+  for (int il = 0; il < d.n_layer; ++il) {
+    mixer_[il].dims = dims_;
+    mixer_[il].s = scratch_;
+    mixer_[il].in = step_dev_;
+    moe_[il].dims = dims_;
+    moe_[il].s = scratch_;
+    moe_[il].in = step_dev_;
+  }
+  head_.dims = dims_;
+  head_.s = scratch_;
+  head_.in = step_dev_;
+
+  // Launch shapes per rows variant: the largest shared-memory need of any phase.
+  for (int v = 0; v < 2; ++v) {
+    const int R = v == 0 ? 1 : kMaxRows;
+    const int64_t mixer_smem =
+        std::max({ActSetBytes(R, d.n_embd, true), ActSetBytes(R, d.n_head * d.head_dim, false),
+                  hp.is_hybrid() ? ActSetBytes(R, d_inner, true) : int64_t{0}});
+    const int64_t moe_smem = std::max(
+        {ActSetBytes(R, d.n_embd, true),
+         RouteSmemBytes(d.n_expert) + ActSetBytes(R, d.n_embd, true) +
+             (d.n_ff_shexp > 0 ? ActSetBytes(R, d.n_ff_shexp, false) : 0),
+         ActSetBytes(R * k, d.n_ff_exp, false)});
+    const int64_t head_smem = ActSetBytes(R, d.n_embd, true);
+    const int cap = std::max(1, options_.max_blocks_per_sm);
+    TANDEM_CUDA_RETURN_IF_ERROR(PrepareHalf(Half::kMixer, R, mixer_smem, cap, &mixer_shape_[v]));
+    TANDEM_CUDA_RETURN_IF_ERROR(PrepareHalf(Half::kMoe, R, moe_smem, cap, &moe_shape_[v]));
+    TANDEM_CUDA_RETURN_IF_ERROR(PrepareHalf(Half::kHead, R, head_smem, cap, &head_shape_[v]));
+  }
+  return Reset();
+}
+
+absl::Status GpuRunner::Reset() {
+  for (const MixerArgs& mx : mixer_) {
+    if (!mx.recurrent) continue;
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(mx.dn.conv_state, 0, conv_state_floats_ * 4, stream_));
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(mx.dn.ssm_state, 0, ssm_state_floats_ * 4, stream_));
+  }
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  return absl::OkStatus();
+}
+
+void GpuRunner::set_mode(KernelMode mode) {
+  options_.mode = mode;
+  graphs_.clear();
+}
+
+void GpuRunner::set_graphs(bool on) {
+  options_.graphs = on;
+  graphs_.clear();
+}
+
+int GpuRunner::LaunchesPerStep(bool with_head) const {
+  const bool per_op = options_.mode == KernelMode::kPerOp;
+  int n = 1;  // embedding
+  for (const MixerArgs& mx : mixer_) {
+    n += per_op ? PhaseCount(Half::kMixer, mx.recurrent != 0) + PhaseCount(Half::kMoe, false) : 2;
+  }
+  if (with_head) n += per_op ? PhaseCount(Half::kHead, false) : 1;
+  return n;
+}
+
+int GpuRunner::BarriersPerStep(bool with_head) const {
+  if (options_.mode == KernelMode::kPerOp) return 0;
+  int n = 0;
+  for (const MixerArgs& mx : mixer_) {
+    n += PhaseCount(Half::kMixer, mx.recurrent != 0) - 1 + PhaseCount(Half::kMoe, false) - 1;
+  }
+  if (with_head) n += PhaseCount(Half::kHead, false) - 1;
+  return n;
+}
+
+absl::Status GpuRunner::EnqueueStep(int n_rows, bool with_head) {
+  const int R = RowsVariant(n_rows);
+  const int v = R == 1 ? 0 : 1;
+  TANDEM_CUDA_RETURN_IF_ERROR(LaunchEmbed(head_, stream_));
+  for (int il = 0; il < dims_.n_layer; ++il) {
+    TANDEM_CUDA_RETURN_IF_ERROR(LaunchMixer(mixer_[il], R, options_.mode, mixer_shape_[v], stream_));
+    TANDEM_CUDA_RETURN_IF_ERROR(LaunchMoe(moe_[il], R, options_.mode, moe_shape_[v], stream_));
+  }
+  if (with_head) {
+    TANDEM_CUDA_RETURN_IF_ERROR(LaunchHead(head_, R, options_.mode, head_shape_[v], stream_));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GpuRunner::Step(int n_rows, bool with_head) {
+  TANDEM_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(step_dev_, step_host_, sizeof(StepInput), cudaMemcpyHostToDevice, stream_));
+  if (!options_.graphs) return EnqueueStep(n_rows, with_head);
+  const auto key = std::make_pair(RowsVariant(n_rows), with_head);
+  auto it = graphs_.find(key);
+  if (it == graphs_.end()) {
+    auto g = std::make_unique<Graph>();
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    const absl::Status enqueued = EnqueueStep(n_rows, with_head);
+    const cudaError_t ended = cudaStreamEndCapture(stream_, &g->graph);
+    TANDEM_RETURN_IF_ERROR(enqueued);
+    TANDEM_CUDA_RETURN_IF_ERROR(ended);
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaGraphInstantiate(&g->exec, g->graph, 0));
+    it = graphs_.emplace(key, std::move(g)).first;
+  }
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(it->second->exec, stream_));
+  return absl::OkStatus();
+}
+
+absl::Status GpuRunner::Forward(std::span<const int32_t> tokens, int first_pos, bool all_logits,
+                                std::vector<float>* logits, std::vector<int32_t>* argmax,
+                                std::vector<int32_t>* route_ids, std::vector<float>* route_weights) {
+  const int T = static_cast<int>(tokens.size());
+  if (T == 0) return absl::InvalidArgumentError("forward pass of zero tokens");
+  if (first_pos < 0 || first_pos + T > dims_.n_ctx) {
+    return absl::OutOfRangeError(absl::StrCat("context full: ", first_pos, " + ", T,
+                                              " tokens exceed the context of ", dims_.n_ctx));
+  }
+  for (int t = 0; t < T; ++t) {
+    if (tokens[t] < 0 || tokens[t] >= dims_.n_vocab) {
+      return absl::OutOfRangeError(absl::StrCat("token id ", tokens[t], " at position ", t,
+                                                " is outside the vocabulary [0, ", dims_.n_vocab, ")"));
+    }
+  }
+  const bool want_head = logits != nullptr || argmax != nullptr;
+  if (logits != nullptr) logits->clear();
+  if (argmax != nullptr) argmax->clear();
+  if (route_ids != nullptr) route_ids->clear();
+  if (route_weights != nullptr) route_weights->clear();
+  const int k = dims_.n_expert_used, L = dims_.n_layer, V = dims_.n_vocab;
+  for (int t0 = 0; t0 < T; t0 += kMaxRows) {
+    const int n = std::min(kMaxRows, T - t0);
+    const bool last = t0 + n == T;
+    StepInput& in = *step_host_;
+    in.n_rows = n;
+    in.first_pos = first_pos + t0;
+    for (int r = 0; r < n; ++r) in.tokens[r] = tokens[t0 + r];
+    const bool head = want_head && (all_logits || last);
+    in.logits_row0 = all_logits ? 0 : n - 1;
+    in.n_logit_rows = head ? (all_logits ? n : 1) : 0;
+    TANDEM_RETURN_IF_ERROR(Step(n, head));
+    if (head && logits != nullptr) {
+      const size_t at = logits->size();
+      logits->resize(at + static_cast<size_t>(in.n_logit_rows) * V);
+      TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits->data() + at, scratch_.logits,
+                                                  static_cast<size_t>(in.n_logit_rows) * V * 4,
+                                                  cudaMemcpyDeviceToHost, stream_));
+    }
+    if (head && argmax != nullptr) {
+      const size_t at = argmax->size();
+      argmax->resize(at + in.n_logit_rows);
+      TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(argmax->data() + at, scratch_.argmax,
+                                                  static_cast<size_t>(in.n_logit_rows) * 4,
+                                                  cudaMemcpyDeviceToHost, stream_));
+    }
+    if (route_ids != nullptr) {
+      const size_t at = route_ids->size();
+      route_ids->resize(at + static_cast<size_t>(n) * L * k);
+      route_weights->resize(route_ids->size());
+      TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(route_ids->data() + at, scratch_.route_ids,
+                                                  static_cast<size_t>(n) * L * k * 4,
+                                                  cudaMemcpyDeviceToHost, stream_));
+      TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(route_weights->data() + at, scratch_.route_weights,
+                                                  static_cast<size_t>(n) * L * k * 4,
+                                                  cudaMemcpyDeviceToHost, stream_));
+    }
+    // The pinned step input is rewritten by the next chunk, so each chunk completes first.
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GpuRunner::Rollback(int n_rows_in_step, int n_keep) {
+  if (n_rows_in_step < 2 || n_rows_in_step > kMaxRows || n_keep < 1 || n_keep >= n_rows_in_step) {
+    return absl::InvalidArgumentError(absl::StrCat("rollback to ", n_keep, " of ", n_rows_in_step,
+                                                   " rows: need 1 <= keep < rows <= ", kMaxRows));
+  }
+  for (const MixerArgs& mx : mixer_) {
+    if (!mx.recurrent) continue;
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+        mx.dn.conv_state, mx.dn.conv_snap + (n_keep - 1) * conv_state_floats_,
+        conv_state_floats_ * 4, cudaMemcpyDeviceToDevice, stream_));
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+        mx.dn.ssm_state, mx.dn.ssm_snap + (n_keep - 1) * ssm_state_floats_,
+        ssm_state_floats_ * 4, cudaMemcpyDeviceToDevice, stream_));
+  }
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<float>> GpuRunner::ReadSsmState(int layer) const {
+  if (layer < 0 || layer >= dims_.n_layer) return absl::OutOfRangeError("no such layer");
+  const MixerArgs& mx = mixer_[layer];
+  if (!mx.recurrent) return std::vector<float>();
+  std::vector<float> out(ssm_state_floats_ + conv_state_floats_);
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpy(out.data(), mx.dn.ssm_state, ssm_state_floats_ * 4, cudaMemcpyDeviceToHost));
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpy(out.data() + ssm_state_floats_, mx.dn.conv_state,
+                                         conv_state_floats_ * 4, cudaMemcpyDeviceToHost));
+  return out;
+}
+
+}  // namespace tandem::megakernel

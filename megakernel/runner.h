@@ -1,0 +1,101 @@
+// The CUDA backend's host side: uploads a model's weights to the card (all of them in this
+// version: every expert is resident), owns the device state of one sequence (KV caches, DeltaNet
+// conv and delta-rule states with per-row snapshots for verify rollback) and runs steps of 1..8
+// rows as launches of the layer-half kernels, optionally captured once into CUDA graphs and
+// replayed. Host-only C++20; it sees kernels only through launch.h.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "megakernel/launch.h"
+#include "megakernel/params.h"
+#include "runtime/model/model.h"
+
+namespace tandem::megakernel {
+
+struct RunnerOptions {
+  int n_ctx = 4096;
+  KernelMode mode = KernelMode::kMegakernel;
+  bool graphs = true;            // capture each step shape once, replay it
+  uint64_t vram_budget = 0;      // bytes; 0: no limit but the card's
+  int max_blocks_per_sm = 2;     // persistent grid: blocks per multiprocessor, at most
+  std::function<void(uint64_t done, uint64_t total)> progress;  // weight upload
+};
+
+// Bytes the runner allocates on the card, by kind.
+struct VramUse {
+  uint64_t weights = 0, kv_cache = 0, deltanet_state = 0, scratch = 0;
+  uint64_t total() const { return weights + kv_cache + deltanet_state + scratch; }
+};
+
+// Why a CUDA backend cannot run here (no device, driver error), or "" when it can.
+std::string CudaUnavailableReason();
+
+class GpuRunner {
+ public:
+  static absl::StatusOr<std::unique_ptr<GpuRunner>> Create(const model::Model& model,
+                                                           const RunnerOptions& options);
+  ~GpuRunner();
+
+  // Runs rows at positions first_pos .. first_pos + n - 1 in steps of at most kMaxRows. With
+  // `logits`, writes the logits of every row (all_logits) or of the last one. With `argmax`,
+  // writes the device's greedy choice for the same rows. Route ids/weights ([row][layer][k])
+  // are copied back when `route_ids` is set.
+  absl::Status Forward(std::span<const int32_t> tokens, int first_pos, bool all_logits,
+                       std::vector<float>* logits, std::vector<int32_t>* argmax,
+                       std::vector<int32_t>* route_ids, std::vector<float>* route_weights);
+
+  // After a step of n > 1 rows, keeps the DeltaNet state after row n_keep - 1 (1 <= n_keep < n)
+  // as if only the first n_keep rows had run. The KV cache needs nothing: later rows overwrite.
+  absl::Status Rollback(int n_rows_in_step, int n_keep);
+
+  // Zeroes the recurrent state (a new sequence).
+  absl::Status Reset();
+
+  const VramUse& vram() const { return vram_; }
+  const ModelDims& dims() const { return dims_; }
+  // Launches (kernels) and grid barriers of one decode step in the current mode.
+  int LaunchesPerStep(bool with_head) const;
+  int BarriersPerStep(bool with_head) const;
+  // Device copies for tests: the DeltaNet delta-rule state of layer `layer` (empty for
+  // attention layers).
+  absl::StatusOr<std::vector<float>> ReadSsmState(int layer) const;
+  // Switch kernel mode / graph replay between steps (captured graphs are dropped).
+  void set_mode(KernelMode mode);
+  void set_graphs(bool on);
+
+ private:
+  struct Graph;
+  GpuRunner() = default;
+  absl::Status Upload(const model::Model& model);
+  absl::Status AllocateState();
+  absl::Status Step(int n_rows, bool with_head);
+  absl::Status EnqueueStep(int n_rows, bool with_head);
+  float* AllocF32(uint64_t count, uint64_t* counter);
+  uint8_t* AllocBytes(uint64_t bytes, uint64_t* counter);
+
+  RunnerOptions options_;
+  model::HParams hp_;
+  ModelDims dims_;
+  Scratch scratch_;
+  std::vector<MixerArgs> mixer_;
+  std::vector<MoeArgs> moe_;
+  HeadArgs head_;
+  StepInput* step_host_ = nullptr;  // pinned
+  StepInput* step_dev_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  std::vector<void*> allocations_;
+  LaunchShape mixer_shape_[2], moe_shape_[2], head_shape_[2];  // [variant 1, kMaxRows]
+  std::map<std::pair<int, bool>, std::unique_ptr<Graph>> graphs_;  // (variant, head)
+  VramUse vram_;
+  uint64_t conv_state_floats_ = 0, ssm_state_floats_ = 0;
+};
+
+}  // namespace tandem::megakernel

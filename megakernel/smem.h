@@ -1,0 +1,19 @@
+// Shared-memory budgets of the persistent kernels, computed identically on the host (to size the
+// launch) and on the device (to carve the buffer). C++17.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/quant/host_device.h"
+
+namespace tandem::megakernel {
+
+TANDEM_HD constexpr int64_t Align16(int64_t n) { return (n + 15) & ~int64_t{15}; }
+
+// One activation set of n rows of `cols` (see CarveActs in device/matvec.cuh).
+TANDEM_HD constexpr int64_t ActSetBytes(int n, int cols, bool fp32_shared) {
+  return Align16(int64_t{n} * cols) + 2 * Align16(int64_t{n} * (cols / 32) * 4) +
+         (fp32_shared ? Align16(int64_t{n} * cols * 4) : 0);
+}
+
+}  // namespace tandem::megakernel

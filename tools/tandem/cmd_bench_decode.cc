@@ -1,0 +1,219 @@
+// `tandem bench decode --backend cuda --json FILE`: decode speed of the CUDA backend against the
+// card's own ceiling, measured in the same run (device-to-device copy bandwidth). For each model
+// and context: B=1 greedy decode in megakernel mode and in per-op mode, and a B=4 verify step,
+// each timed over many steps after a warm-up. Not a test: it reports ratios, it asserts nothing.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "nlohmann/json.hpp"
+#include "runtime/base/status_macros.h"
+#include "runtime/engine/engine.h"
+#include "tools/tandem/cli_util.h"
+#include "tools/tandem/commands.h"
+#if defined(TANDEM_WITH_CUDA)
+#include "megakernel/ceilings.h"
+#include "megakernel/runner.h"
+#endif
+
+namespace tandem::cli {
+namespace {
+
+struct Options {
+  std::vector<std::string> models{"synth:qwen3-30b-a3b", "synth:flash-next-125b"};
+  std::string contexts = "512,16384";
+  int steps = 64;
+  std::string json;
+};
+
+#if defined(TANDEM_WITH_CUDA)
+using Clock = std::chrono::steady_clock;
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// Weight bytes one B=1 decode step reads: every dense tensor, the k chosen experts of each layer,
+// one embedding row.
+uint64_t WeightBytesPerToken(const model::Model& m) {
+  const model::HParams& hp = m.hparams();
+  double bytes = 0;
+  for (const format::TensorInfo& t : m.tensors()) {
+    if (t.name.starts_with("blk.") && std::atoi(t.name.c_str() + 4) >= hp.n_layer) continue;
+    if (t.name == "token_embd.weight") {
+      bytes += static_cast<double>(t.row_bytes());
+    } else if (t.name.ends_with("_exps.weight")) {
+      bytes += static_cast<double>(t.nbytes) * hp.n_expert_used / hp.n_expert;
+    } else {
+      bytes += static_cast<double>(t.nbytes);
+    }
+  }
+  return static_cast<uint64_t>(bytes);
+}
+
+// Seconds per step of `rows` rows at position `pos` (median of `steps`), rolled back after
+// multi-row steps so that every step sees the same context length.
+absl::StatusOr<double> TimeSteps(megakernel::GpuRunner& gpu, int rows, int pos, int steps,
+                                 std::mt19937& rng, int vocab) {
+  std::vector<int32_t> tokens(rows), argmax;
+  std::vector<double> times;
+  for (int i = 0; i < steps + 3; ++i) {
+    for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % vocab);
+    const auto t0 = Clock::now();
+    TANDEM_RETURN_IF_ERROR(gpu.Forward(tokens, pos, false, nullptr, &argmax, nullptr, nullptr));
+    if (i >= 3) times.push_back(Seconds(Clock::now() - t0));  // 3 warm-up steps
+    if (rows > 1) TANDEM_RETURN_IF_ERROR(gpu.Rollback(rows, 1));
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+int BenchDecode(const Options& o, const engine::EngineOptions& base) {
+  std::vector<int> contexts;
+  for (absl::string_view part : absl::StrSplit(o.contexts, ',')) {
+    int c = 0;
+    if (!absl::SimpleAtoi(part, &c) || c < 1) {
+      std::fprintf(stderr, "tandem bench decode: bad --contexts entry '%s'\n", std::string(part).c_str());
+      return 2;
+    }
+    contexts.push_back(c);
+  }
+  double hbm = 0;
+  if (cudaError_t e = megakernel::MeasureHbmCopyGbps(uint64_t{2} << 30, 20, &hbm); e != cudaSuccess) {
+    std::fprintf(stderr, "tandem bench decode: copy bandwidth: %s\n", cudaGetErrorString(e));
+    return 1;
+  }
+  std::printf("HBM device-to-device copy: %.0f GB/s (read + write)\n", hbm);
+  nlohmann::json report, runs = nlohmann::json::array(), summary;
+  cudaDeviceProp prop;
+  cudaGetDeviceProperties(&prop, 0);
+  const std::time_t now = std::time(nullptr);
+  char date[32];
+  std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  report["date"] = date;
+  report["device"] = prop.name;
+  report["steps"] = o.steps;
+  summary["hbm_copy_gbps"] = hbm;
+  for (const std::string& model : o.models) {
+    engine::EngineOptions eo = base;
+    eo.model = model;
+    eo.backend = "cuda";
+    eo.n_ctx = *std::max_element(contexts.begin(), contexts.end()) + 16;
+    std::printf("loading %s ...\n", model.c_str());
+    auto engine = engine::Engine::Load(eo);
+    if (!engine.ok()) {
+      std::fprintf(stderr, "tandem bench decode: %s: %s\n", model.c_str(),
+                   std::string(engine.status().message()).c_str());
+      return 1;
+    }
+    megakernel::GpuRunner& gpu = *(*engine)->gpu();
+    const int vocab = (*engine)->hparams().n_vocab;
+    const uint64_t wbytes = WeightBytesPerToken((*engine)->model());
+    std::mt19937 rng(1);
+    int filled = 0;
+    (void)gpu.Reset();
+    for (int ctx : contexts) {
+      // Fill the context with real steps of 8 rows (the KV cache and states are real data).
+      std::vector<int32_t> chunk;
+      while (filled < ctx) {
+        chunk.resize(std::min(megakernel::kMaxRows, ctx - filled));
+        for (int32_t& t : chunk) t = static_cast<int32_t>(rng() % vocab);
+        if (auto s = gpu.Forward(chunk, filled, false, nullptr, nullptr, nullptr, nullptr); !s.ok()) {
+          std::fprintf(stderr, "tandem bench decode: %s\n", std::string(s.message()).c_str());
+          return 1;
+        }
+        filled += static_cast<int>(chunk.size());
+      }
+      nlohmann::json run;
+      run["model"] = model;
+      run["context"] = ctx;
+      run["weight_bytes_per_token"] = wbytes;
+      for (auto mode : {megakernel::KernelMode::kMegakernel, megakernel::KernelMode::kPerOp}) {
+        gpu.set_mode(mode);
+        const bool mega = mode == megakernel::KernelMode::kMegakernel;
+        auto t1 = TimeSteps(gpu, 1, ctx, o.steps, rng, vocab);
+        if (!t1.ok()) {
+          std::fprintf(stderr, "tandem bench decode: %s\n", std::string(t1.status().message()).c_str());
+          return 1;
+        }
+        const std::string p = mega ? "" : "per_op_";
+        run[p + "ms_per_token"] = *t1 * 1e3;
+        run[p + "tok_s"] = 1.0 / *t1;
+        run[p + "bandwidth_ratio"] = static_cast<double>(wbytes) / *t1 / (hbm * 1e9);
+        run[p + "launches_per_token"] = gpu.LaunchesPerStep(true);
+        run[p + "barriers_per_token"] = gpu.BarriersPerStep(true);
+        if (mega) {
+          auto t4 = TimeSteps(gpu, 4, ctx, o.steps, rng, vocab);
+          if (!t4.ok()) {
+            std::fprintf(stderr, "tandem bench decode: %s\n", std::string(t4.status().message()).c_str());
+            return 1;
+          }
+          run["verify4_ms"] = *t4 * 1e3;
+          run["verify4_over_decode1"] = *t4 / *t1;
+        }
+      }
+      gpu.set_mode(megakernel::KernelMode::kMegakernel);
+      run["speedup_vs_per_op"] = run["per_op_ms_per_token"].get<double>() / run["ms_per_token"].get<double>();
+      std::printf("%-28s ctx %6d: %8.1f tok/s  %.3f of HBM  per-op %8.1f tok/s (x%.2f)  verify4/decode1 %.2f  launches %d barriers %d\n",
+                  model.c_str(), ctx, run["tok_s"].get<double>(), run["bandwidth_ratio"].get<double>(),
+                  run["per_op_tok_s"].get<double>(), run["speedup_vs_per_op"].get<double>(),
+                  run["verify4_over_decode1"].get<double>(), run["launches_per_token"].get<int>(),
+                  run["barriers_per_token"].get<int>());
+      runs.push_back(run);
+      if (ctx == contexts.front()) {
+        summary["bandwidth_ratio"][model] = run["bandwidth_ratio"];
+        summary["speedup_vs_per_op"][model] = run["speedup_vs_per_op"];
+        summary["verify4_over_decode1"][model] = run["verify4_over_decode1"];
+        summary["launches_per_token"][model] = run["launches_per_token"];
+      }
+    }
+  }
+  report["runs"] = runs;
+  report["summary"] = summary;
+  std::printf("summary: %s\n", summary.dump().c_str());
+  if (!o.json.empty()) {
+    std::ofstream out(o.json);
+    out << report.dump(2) << "\n";
+    if (!out) {
+      std::fprintf(stderr, "tandem bench decode: cannot write %s\n", o.json.c_str());
+      return 1;
+    }
+  }
+  return 0;
+}
+#else
+int BenchDecode(const Options&, const engine::EngineOptions&) {
+  std::fprintf(stderr, "tandem bench decode: %s\n", engine::CudaBackendUnavailableReason().c_str());
+  return 1;
+}
+#endif
+
+}  // namespace
+
+void RegisterBenchDecode(CLI::App& app, int* exit_code) {
+  CLI::App* bench = app.get_subcommand("bench");
+  auto options = std::make_shared<Options>();
+  auto engine_options = std::make_shared<engine::EngineOptions>();
+  CLI::App* dec = bench->add_subcommand(
+      "decode", "CUDA decode: tok/s and fraction of measured HBM bandwidth, megakernel vs per-op, "
+                "verify B=4 vs B=1 (not a test)");
+  dec->add_option("-m,--model", options->models, "Models to time (repeatable)")->capture_default_str();
+  dec->add_option("--contexts", options->contexts, "Comma-separated context lengths to decode at")
+      ->capture_default_str();
+  dec->add_option("--steps", options->steps, "Timed steps per case (median reported)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  dec->add_option("--backend", engine_options->backend, "Only cuda is benchmarked here")
+      ->check(CLI::IsMember({"cuda"}));
+  dec->add_option("--json", options->json, "Write the report here");
+  dec->callback([options, engine_options, exit_code] {
+    engine_options->progress = nullptr;
+    *exit_code = BenchDecode(*options, *engine_options);
+  });
+}
+
+}  // namespace tandem::cli
