@@ -128,19 +128,41 @@ static inline void ScalarDecode32(const quant::BlockMXFP4& b, Block32* out) {
   out->d = quant::E8M0ToF32Half(b.e);
 }
 
-// Traits: which block struct and family each supported weight type uses.
+// Traits: which block struct and family each supported weight type uses. kK: a 256-element
+// K-family block (KBlock algebra); kSigned: q is signed int8 (the SIMD paths move the sign onto the
+// activation); kMin: the correction term has its own factor dmin (Q4_K, Q5_K, Q2_K) instead of
+// the block's d (Q3_K, Q6_K, whose corr is an integer multiple of d·sc); kFloat: F16/BF16 rows
+// against f32 activations.
+enum class Family { kK, k32, kFloat };
+template <Family kF, bool kS, bool kM = false>
+struct FormatTraits {
+  static constexpr Family kFamily = kF;
+  static constexpr bool kK = kF == Family::kK, kSigned = kS, kMin = kM;
+};
 template <quant::GgmlType T>
 struct Format;
-template <> struct Format<quant::GgmlType::kQ4_K> { using Block = quant::BlockQ4K; static constexpr bool kK = true, kSigned = false; };
-template <> struct Format<quant::GgmlType::kQ5_K> { using Block = quant::BlockQ5K; static constexpr bool kK = true, kSigned = false; };
-template <> struct Format<quant::GgmlType::kQ3_K> { using Block = quant::BlockQ3K; static constexpr bool kK = true, kSigned = false; };
-template <> struct Format<quant::GgmlType::kQ6_K> { using Block = quant::BlockQ6K; static constexpr bool kK = true, kSigned = false; };
-template <> struct Format<quant::GgmlType::kQ2_K> { using Block = quant::BlockQ2K; static constexpr bool kK = true, kSigned = false; };
-template <> struct Format<quant::GgmlType::kIQ4_XS> { using Block = quant::BlockIQ4XS; static constexpr bool kK = true, kSigned = true; };
-template <> struct Format<quant::GgmlType::kQ8_0> { using Block = quant::BlockQ8_0; static constexpr bool kK = false, kSigned = true; };
-template <> struct Format<quant::GgmlType::kQ4_0> { using Block = quant::BlockQ4_0; static constexpr bool kK = false, kSigned = true; };
-template <> struct Format<quant::GgmlType::kIQ4_NL> { using Block = quant::BlockIQ4NL; static constexpr bool kK = false, kSigned = true; };
-template <> struct Format<quant::GgmlType::kMXFP4> { using Block = quant::BlockMXFP4; static constexpr bool kK = false, kSigned = true; };
+template <> struct Format<quant::GgmlType::kQ4_K> : FormatTraits<Family::kK, false, true> { using Block = quant::BlockQ4K; };
+template <> struct Format<quant::GgmlType::kQ5_K> : FormatTraits<Family::kK, false, true> { using Block = quant::BlockQ5K; };
+template <> struct Format<quant::GgmlType::kQ3_K> : FormatTraits<Family::kK, false> { using Block = quant::BlockQ3K; };
+template <> struct Format<quant::GgmlType::kQ6_K> : FormatTraits<Family::kK, false> { using Block = quant::BlockQ6K; };
+template <> struct Format<quant::GgmlType::kQ2_K> : FormatTraits<Family::kK, false, true> { using Block = quant::BlockQ2K; };
+template <> struct Format<quant::GgmlType::kIQ4_XS> : FormatTraits<Family::kK, true> { using Block = quant::BlockIQ4XS; };
+template <> struct Format<quant::GgmlType::kQ8_0> : FormatTraits<Family::k32, true> { using Block = quant::BlockQ8_0; };
+template <> struct Format<quant::GgmlType::kQ4_0> : FormatTraits<Family::k32, true> { using Block = quant::BlockQ4_0; };
+template <> struct Format<quant::GgmlType::kIQ4_NL> : FormatTraits<Family::k32, true> { using Block = quant::BlockIQ4NL; };
+template <> struct Format<quant::GgmlType::kMXFP4> : FormatTraits<Family::k32, true> { using Block = quant::BlockMXFP4; };
+template <> struct Format<quant::GgmlType::kF16> : FormatTraits<Family::kFloat, true> {};
+template <> struct Format<quant::GgmlType::kBF16> : FormatTraits<Family::kFloat, true> {};
+
+// f32 value of one F16 / BF16 weight.
+template <quant::GgmlType T>
+static inline float FloatWeight(uint16_t v) {
+  if constexpr (T == quant::GgmlType::kF16) {
+    return quant::Fp16ToF32(v);
+  } else {
+    return quant::Bf16ToF32(v);
+  }
+}
 
 // Calls F::template Make<T>() for the supported type `type`, returning its DotFn, or nullptr.
 template <typename Maker>
@@ -157,6 +179,8 @@ static inline auto DispatchFormat(quant::GgmlType type) -> decltype(Maker::templ
     case GgmlType::kQ4_0: return Maker::template Make<GgmlType::kQ4_0>();
     case GgmlType::kIQ4_NL: return Maker::template Make<GgmlType::kIQ4_NL>();
     case GgmlType::kMXFP4: return Maker::template Make<GgmlType::kMXFP4>();
+    case GgmlType::kF16: return Maker::template Make<GgmlType::kF16>();
+    case GgmlType::kBF16: return Maker::template Make<GgmlType::kBF16>();
     default: return nullptr;
   }
 }

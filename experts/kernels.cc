@@ -1,6 +1,8 @@
 // Kernel dispatch and activation quantisation (see kernels.h).
 #include "experts/kernels.h"
 
+#include <cstring>
+
 #include "experts/kernels_internal.h"
 #include "runtime/quant/q8_0.h"
 #include "runtime/quant/q8_k.h"
@@ -10,6 +12,7 @@ namespace tandem::experts {
 bool SupportsFormat(quant::GgmlType type) { return GetScalarKernel(type) != nullptr; }
 
 quant::GgmlType ActivationType(quant::GgmlType type) {
+  if (type == quant::GgmlType::kF16 || type == quant::GgmlType::kBF16) return quant::GgmlType::kF32;
   return quant::GetTypeInfo(type).block_elems == quant::kQK_K ? quant::GgmlType::kQ8_K
                                                               : quant::GgmlType::kQ8_0;
 }
@@ -19,7 +22,10 @@ int64_t ActivationRowBytes(quant::GgmlType type, int64_t n) {
 }
 
 void QuantizeActivations(quant::GgmlType type, const float* x, int64_t n, uint8_t* dst) {
-  if (ActivationType(type) == quant::GgmlType::kQ8_K) {
+  const quant::GgmlType act = ActivationType(type);
+  if (act == quant::GgmlType::kF32) {
+    std::memcpy(dst, x, static_cast<size_t>(n) * sizeof(float));
+  } else if (act == quant::GgmlType::kQ8_K) {
     quant::QuantizeBlocks(x, reinterpret_cast<quant::BlockQ8K*>(dst), n / quant::kQK_K);
   } else {
     quant::QuantizeBlocks(x, reinterpret_cast<quant::BlockQ8_0*>(dst), n / quant::kQK);

@@ -1,8 +1,10 @@
-// Quantised matrix-times-rows kernels for the CPU expert pool: weight rows read in place from GGUF
-// bytes, activations quantised once per row to the format the weight type pairs with (spec §3:
-// Q8_K for the K-quants and IQ4_XS, Q8_0 for the 32-element formats), integer dot products per
-// block with float scales applied per block. Every weight block is read once for all (up to 8)
-// activation rows. No allocation, no threads: the pool (pool.h) splits work and calls these.
+// Matrix-times-rows kernels for the CPU expert pool: weight rows read in place from GGUF bytes,
+// activations converted once per row to the form the weight type pairs with (spec §3: Q8_K for the
+// K-quants and IQ4_XS, Q8_0 for the 32-element formats, plain f32 for F16 and BF16), integer dot
+// products per block with float scales applied per block. Every weight block is decoded once for
+// all (up to 8) activation rows in registers; more rows take the tiled path, which decodes a tile
+// of weight rows once and applies it to every row. No allocation, no threads: the pool (pool.h)
+// splits work and calls these.
 #pragma once
 
 #include <cstdint>
@@ -12,25 +14,31 @@
 
 namespace tandem::experts {
 
-// Most activation rows one kernel call serves; larger groups are cut into chunks of this size.
+// Most activation rows the register-blocked kernels serve at once; calls with more take the tiled
+// path (decode a tile of weight rows once, apply it to every activation row in groups of this size).
 inline constexpr int kMaxKernelRows = 8;
 
-// True when the pool has an integer kernel for weights of `type` on every ISA (scalar included).
-// F16, BF16 and the Q4_1/Q5_0/Q5_1 types are not supported yet: callers must refuse them.
+// Most activation rows one kernel call accepts: a 512-token prefill chunk whose rows all chose one
+// expert.
+inline constexpr int kMaxTileRows = 512;
+
+// True when the pool has a kernel for weights of `type` on every ISA (scalar included):
+// Q4_K Q3_K Q8_0 Q6_K Q5_K Q2_K IQ4_XS Q4_0 IQ4_NL MXFP4 F16 BF16. Q4_1/Q5_0/Q5_1 and F32 are
+// not supported: callers must refuse them.
 bool SupportsFormat(quant::GgmlType type);
 
-// The activation block format paired with weights of `type` (kQ8_K or kQ8_0).
+// The activation format paired with weights of `type`: kQ8_K, kQ8_0, or kF32 (for F16 and BF16).
 quant::GgmlType ActivationType(quant::GgmlType type);
 
-// Bytes of one quantised activation row of n elements for weights of `type`.
+// Bytes of one converted activation row of n elements for weights of `type`.
 int64_t ActivationRowBytes(quant::GgmlType type, int64_t n);
 
-// Quantises x[0..n) into the activation format paired with `type` (n a multiple of its block).
+// Converts x[0..n) into the activation format paired with `type` (n a multiple of its block).
 void QuantizeActivations(quant::GgmlType type, const float* x, int64_t n, uint8_t* dst);
 
 // out[a * out_stride + r] = dot(weight row r, activation row a) for r < n_wrows, a < n_act.
 // Weight rows are w + r * w_stride, each k elements of the kernel's type; act[a] points at a row
-// quantised by QuantizeActivations; 1 <= n_act <= kMaxKernelRows.
+// converted by QuantizeActivations; 1 <= n_act <= kMaxTileRows.
 using DotFn = void (*)(const uint8_t* w, int64_t w_stride, int n_wrows, int64_t k,
                        const uint8_t* const* act, int n_act, float* out, int64_t out_stride);
 

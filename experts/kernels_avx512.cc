@@ -1,121 +1,84 @@
-// AVX-512 VNNI kernels (compiled with -mavx512f/bw/vl/vnni; called only after
-// CpuSupports(kAvx512)). K family: 64 bytes of the decoded block per vpdpbusd (u8 × s8 → s32,
-// four products per lane, so lanes 4j..4j+3 hold run j of 16), then the per-run scale by vpmulld.
-// 32 family: the 256-bit vpdpbusd (AVX512VL) on the sign-trick operands of one block.
+// AVX-512 kernels (compiled with -mavx512f/bw/vl/vnni; called only after CpuSupports(kAvx512)).
+// The loops are kernel_simd.h's; this policy gives them 64-byte chunks (two 32-element runs),
+// maddubs (u8 × s8 → s16 pairs) then vpdpwssd with the chunk's per-16 scales (s16 × s16 → s32,
+// accumulating: one instruction for AVX2's madd + add) for K blocks, the 256-bit vpdpbusd for
+// 32-element blocks, and vcvtph2ps / a 16-bit shift for F16 / BF16 (the activations stay f32, so
+// AVX512_BF16's bf16 × bf16 dot does not apply).
 #include <immintrin.h>
 
-#include "experts/kernel_decode_avx2.h"
+#include "experts/kernel_simd.h"
 #include "experts/kernels_internal.h"
 
 namespace tandem::experts {
 namespace {
 
-template <quant::GgmlType T, int N>
-struct KRowsAvx512 {
-  static void Run(const uint8_t* w, int64_t w_stride, int n_wrows, int64_t k,
-                  const uint8_t* const* act, float* out, int64_t out_stride) {
-    using F = Format<T>;
-    using B = typename F::Block;
-    const int64_t nb = k / B::kElems;
-    // Lane i of chunk c (64 elements) belongs to run 4c + i/4.
-    __m512i lane_run[4];
-    for (int c = 0; c < 4; ++c) {
-      lane_run[c] = _mm512_setr_epi32(4 * c, 4 * c, 4 * c, 4 * c, 4 * c + 1, 4 * c + 1, 4 * c + 1,
-                                      4 * c + 1, 4 * c + 2, 4 * c + 2, 4 * c + 2, 4 * c + 2,
-                                      4 * c + 3, 4 * c + 3, 4 * c + 3, 4 * c + 3);
-    }
-    for (int r = 0; r < n_wrows; ++r) {
-      const B* wb = reinterpret_cast<const B*>(w + r * w_stride);
-      __m512 acc[N];
-      for (int a = 0; a < N; ++a) acc[a] = _mm512_setzero_ps();
-      for (int64_t ib = 0; ib < nb; ++ib) {
-        KBlock kb;
-        DecodeK(wb[ib], &kb);
-        const __m512i sc32 =
-            _mm512_cvtepi16_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(kb.sc)));
-        __m512i scale[4], wq[4], aw[4];
-        __mmask64 neg[4];
-        for (int c = 0; c < 4; ++c) {
-          scale[c] = _mm512_permutexvar_epi32(lane_run[c], sc32);
-          wq[c] = _mm512_load_si512(kb.q + 64 * c);
-          if constexpr (F::kSigned) {
-            neg[c] = _mm512_movepi8_mask(wq[c]);
-            aw[c] = _mm512_abs_epi8(wq[c]);
-          }
-        }
-        const __m512 corr = _mm512_load_ps(kb.corr);
-        const __m512 d = _mm512_set1_ps(kb.d);
-        for (int a = 0; a < N; ++a) {
-          const quant::BlockQ8K& y = reinterpret_cast<const quant::BlockQ8K*>(act[a])[ib];
-          __m512i isum = _mm512_setzero_si512();
-          for (int c = 0; c < 4; ++c) {
-            __m512i qy = _mm512_loadu_si512(y.qs + 64 * c);
-            __m512i dot;
-            if constexpr (F::kSigned) {
-              qy = _mm512_mask_sub_epi8(qy, neg[c], _mm512_setzero_si512(), qy);
-              dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), aw[c], qy);
-            } else {
-              dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq[c], qy);
-            }
-            isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(dot, scale[c]));
-          }
-          __m512 part = _mm512_mul_ps(_mm512_cvtepi32_ps(isum), d);
-          if constexpr (!F::kSigned) {
-            const __m512 bs = _mm512_cvtepi32_ps(
-                _mm512_cvtepi16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums))));
-            part = _mm512_fnmadd_ps(bs, corr, part);
-          }
-          acc[a] = _mm512_fmadd_ps(part, _mm512_set1_ps(y.d), acc[a]);
-        }
-      }
-      for (int a = 0; a < N; ++a) out[a * out_stride + r] = _mm512_reduce_add_ps(acc[a]);
+struct Avx512Policy {
+  using IVec = __m512i;
+  using FVec = __m512;
+  static constexpr int kChunkBytes = 64, kChunks = 4, kFloats = 16;
+
+  static IVec ZeroI() { return _mm512_setzero_si512(); }
+  static FVec ZeroF() { return _mm512_setzero_ps(); }
+  template <class Src>
+  static IVec Chunk(const Src& src, int c) {
+    if constexpr (Src::kStored) {
+      return _mm512_load_si512(src.t.q + 64 * c);
+    } else {
+      return _mm512_inserti64x4(_mm512_castsi256_si512(src.Run(2 * c)), src.Run(2 * c + 1), 1);
     }
   }
-};
 
-template <quant::GgmlType T, int N>
-struct Rows32Avx512 {
-  static void Run(const uint8_t* w, int64_t w_stride, int n_wrows, int64_t k,
-                  const uint8_t* const* act, float* out, int64_t out_stride) {
-    using B = typename Format<T>::Block;
-    const int64_t nb = k / B::kElems;
-    for (int r = 0; r < n_wrows; ++r) {
-      const B* wb = reinterpret_cast<const B*>(w + r * w_stride);
-      __m256 acc[N];
-      for (int a = 0; a < N; ++a) acc[a] = _mm256_setzero_ps();
-      for (int64_t ib = 0; ib < nb; ++ib) {
-        float dw;
-        const __m256i wq = Decode32(wb[ib], &dw);
-        const __m256i aw = _mm256_sign_epi8(wq, wq);
-        for (int a = 0; a < N; ++a) {
-          const quant::BlockQ8_0& y = reinterpret_cast<const quant::BlockQ8_0*>(act[a])[ib];
-          const __m256i dot =
-              _mm256_dpbusd_epi32(_mm256_setzero_si256(), aw, _mm256_sign_epi8(LoadU(y.qs), wq));
-          acc[a] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dw * F16(y.d)), acc[a]);
-        }
-      }
-      for (int a = 0; a < N; ++a) out[a * out_stride + r] = HorizontalSum(acc[a]);
-    }
+  // Scales as (sc_j, sc_j) int32 pairs in lane j; chunk c needs S_4c..S_4c+3, four lanes each.
+  using Scales = __m512i;
+  static Scales PrepareScales(__m256i sc16) {
+    const __m512i x = _mm512_cvtepu16_epi32(sc16);
+    return _mm512_or_si512(x, _mm512_slli_epi32(x, 16));
   }
-};
-
-template <quant::GgmlType T>
-void DotAvx512(const uint8_t* w, int64_t w_stride, int n_wrows, int64_t k,
-               const uint8_t* const* act, int n_act, float* out, int64_t out_stride) {
-  if constexpr (Format<T>::kK) {
-    DispatchRows<KRowsAvx512, T>(w, w_stride, n_wrows, k, act, n_act, out, out_stride);
-  } else {
-    DispatchRows<Rows32Avx512, T>(w, w_stride, n_wrows, k, act, n_act, out, out_stride);
+  static IVec ChunkScale(const Scales& s, int c) {
+    const int j = 4 * c;
+    return _mm512_permutexvar_epi32(
+        _mm512_setr_epi32(j, j, j, j, j + 1, j + 1, j + 1, j + 1, j + 2, j + 2, j + 2, j + 2, j + 3,
+                          j + 3, j + 3, j + 3),
+        s);
   }
-}
+  static IVec LoadY(const int8_t* p) { return _mm512_loadu_si512(p); }
+  static IVec Abs(IVec w) { return _mm512_abs_epi8(w); }
+  static IVec SignOf(IVec y, IVec w) {
+    return _mm512_mask_sub_epi8(y, _mm512_movepi8_mask(w), _mm512_setzero_si512(), y);
+  }
+  static IVec DotScaled(IVec acc, IVec uq, IVec y, IVec scale) {
+    return _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(uq, y), scale);
+  }
+  static IVec AddI(IVec a, IVec b) { return _mm512_add_epi32(a, b); }
+  static IVec SubCorr(IVec total, __m256i corr) {
+    return _mm512_sub_epi32(total, _mm512_zextsi256_si512(corr));
+  }
+  static FVec FmaScalar(IVec isum, float s, FVec acc) {
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(s), acc);
+  }
+  static float Reduce(FVec v) { return _mm512_reduce_add_ps(v); }
+  static __m256i Dot32(__m256i uw, __m256i y) {
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), uw, y);
+  }
 
-struct Avx512Maker {
   template <quant::GgmlType T>
-  static DotFn Make() { return &DotAvx512<T>; }
+  static FVec LoadWeights(const uint16_t* p) {
+    const __m256i v = LoadU(p);
+    if constexpr (T == quant::GgmlType::kF16) {
+      return _mm512_cvtph_ps(v);
+    } else {
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
+    }
+  }
+  static FVec LoadF(const float* p) { return _mm512_loadu_ps(p); }
+  static FVec Fma(FVec a, FVec b, FVec c) { return _mm512_fmadd_ps(a, b, c); }
+  static FVec AddF(FVec a, FVec b) { return _mm512_add_ps(a, b); }
 };
 
 }  // namespace
 
-DotFn GetAvx512Kernel(quant::GgmlType type) { return DispatchFormat<Avx512Maker>(type); }
+DotFn GetAvx512Kernel(quant::GgmlType type) {
+  return DispatchFormat<SimdMaker<Avx512Policy>>(type);
+}
 
 }  // namespace tandem::experts

@@ -1,5 +1,6 @@
-// Portable integer kernels: the same per-block algebra as the SIMD files (kernel_blocks.h), one
-// element at a time. The oracle for the SIMD paths and the fallback on CPUs without AVX2.
+// Portable kernels: the same per-block algebra as the SIMD files (kernel_blocks.h), one element at
+// a time, every activation row in turn. The oracle for the SIMD paths (integer sums are exact, so
+// those agree to float rounding) and the fallback on CPUs without AVX2.
 #include "experts/kernels_internal.h"
 
 #include "experts/kernel_blocks.h"
@@ -27,36 +28,49 @@ template <quant::GgmlType T>
 void DotScalar(const uint8_t* w, int64_t w_stride, int n_wrows, int64_t k,
                const uint8_t* const* act, int n_act, float* out, int64_t out_stride) {
   using F = Format<T>;
-  using B = typename F::Block;
-  const int64_t nb = k / B::kElems;
   for (int r = 0; r < n_wrows; ++r) {
-    const B* wb = reinterpret_cast<const B*>(w + r * w_stride);
-    float acc[kMaxKernelRows] = {};
-    for (int64_t ib = 0; ib < nb; ++ib) {
-      if constexpr (F::kK) {
-        KBlock kb;
-        ScalarDecodeK(wb[ib], &kb);
-        for (int a = 0; a < n_act; ++a) {
-          acc[a] += DotKScalar<F::kSigned>(kb, reinterpret_cast<const quant::BlockQ8K*>(act[a])[ib]);
-        }
-      } else {
-        Block32 b;
-        ScalarDecode32(wb[ib], &b);
-        for (int a = 0; a < n_act; ++a) {
-          const quant::BlockQ8_0& y = reinterpret_cast<const quant::BlockQ8_0*>(act[a])[ib];
-          int32_t s = 0;
-          for (int j = 0; j < 32; ++j) s += b.q[j] * y.qs[j];
-          acc[a] += b.d * Fp16ToF32(y.d) * static_cast<float>(s);
+    const uint8_t* w_row = w + r * w_stride;
+    if constexpr (F::kFamily == Family::kFloat) {
+      const uint16_t* wv = reinterpret_cast<const uint16_t*>(w_row);
+      for (int a = 0; a < n_act; ++a) {
+        const float* y = reinterpret_cast<const float*>(act[a]);
+        double acc = 0;  // the SIMD paths sum in f32 lanes; fp64 keeps the oracle order-free
+        for (int64_t i = 0; i < k; ++i) acc += static_cast<double>(FloatWeight<T>(wv[i])) * y[i];
+        out[a * out_stride + r] = static_cast<float>(acc);
+      }
+    } else {
+      using B = typename F::Block;
+      const B* wb = reinterpret_cast<const B*>(w_row);
+      float acc[kMaxTileRows] = {};
+      for (int64_t ib = 0; ib < k / B::kElems; ++ib) {
+        if constexpr (F::kK) {
+          KBlock kb;
+          ScalarDecodeK(wb[ib], &kb);
+          for (int a = 0; a < n_act; ++a) {
+            acc[a] +=
+                DotKScalar<F::kSigned>(kb, reinterpret_cast<const quant::BlockQ8K*>(act[a])[ib]);
+          }
+        } else {
+          Block32 b;
+          ScalarDecode32(wb[ib], &b);
+          for (int a = 0; a < n_act; ++a) {
+            const quant::BlockQ8_0& y = reinterpret_cast<const quant::BlockQ8_0*>(act[a])[ib];
+            int32_t s = 0;
+            for (int j = 0; j < 32; ++j) s += b.q[j] * y.qs[j];
+            acc[a] += b.d * Fp16ToF32(y.d) * static_cast<float>(s);
+          }
         }
       }
+      for (int a = 0; a < n_act; ++a) out[a * out_stride + r] = acc[a];
     }
-    for (int a = 0; a < n_act; ++a) out[a * out_stride + r] = acc[a];
   }
 }
 
 struct ScalarMaker {
   template <quant::GgmlType T>
-  static DotFn Make() { return &DotScalar<T>; }
+  static DotFn Make() {
+    return &DotScalar<T>;
+  }
 };
 
 }  // namespace

@@ -75,7 +75,7 @@ absl::Status CheckTensorType(const char* what, quant::GgmlType type, int64_t col
     return absl::UnimplementedError(absl::StrCat(
         "expert pool: ", what, " weights are ", quant::GetTypeInfo(type).name,
         ", which has no CPU expert kernel yet (supported: q4_k q3_k q8_0 q6_k q5_k q2_k iq4_xs "
-        "q4_0 iq4_nl mxfp4)"));
+        "q4_0 iq4_nl mxfp4 f16 bf16)"));
   }
   const int block = quant::GetTypeInfo(type).block_elems;
   if (cols <= 0 || cols % block != 0) {

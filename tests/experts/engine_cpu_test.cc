@@ -65,9 +65,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CpuBackendTest,
 
 TEST(CpuBackendTest, UnsupportedExpertFormatIsRefusedByName) {
   absl::Status status;
-  Logits("synth:tiny-qwen3moe?experts=f16", "cpu", {1, 2, 3}, &status);
+  Logits("synth:tiny-qwen3moe?experts=q4_1", "cpu", {1, 2, 3}, &status);
   EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented) << status;
-  EXPECT_NE(status.message().find("f16"), std::string::npos) << status;
+  EXPECT_NE(status.message().find("q4_1"), std::string::npos) << status;
 }
 
 }  // namespace

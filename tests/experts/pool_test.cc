@@ -125,17 +125,17 @@ INSTANTIATE_TEST_SUITE_P(All, PoolTest,
                          testing::Values(GgmlType::kQ4_K, GgmlType::kQ3_K, GgmlType::kQ8_0,
                                          GgmlType::kQ6_K, GgmlType::kQ5_K, GgmlType::kQ2_K,
                                          GgmlType::kIQ4_XS, GgmlType::kQ4_0, GgmlType::kIQ4_NL,
-                                         GgmlType::kMXFP4),
+                                         GgmlType::kMXFP4, GgmlType::kF16, GgmlType::kBF16),
                          [](const auto& info) {
                            return std::string(quant::GetTypeInfo(info.param).name);
                          });
 
 TEST(PoolErrors, RefusesUnsupportedFormatsAndBadJobs) {
   std::vector<uint8_t> bytes(1 << 16);
-  auto f16 = ExpertWeights::FromBuffers(GgmlType::kF16, GgmlType::kF16, 256, 256, 1, bytes.data(),
-                                        bytes.data(), bytes.data());
-  EXPECT_EQ(f16.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_NE(f16.status().message().find("f16"), std::string::npos);
+  auto q4_1 = ExpertWeights::FromBuffers(GgmlType::kQ4_1, GgmlType::kQ4_1, 256, 256, 1,
+                                         bytes.data(), bytes.data(), bytes.data());
+  EXPECT_EQ(q4_1.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(q4_1.status().message().find("q4_1"), std::string::npos);
   auto odd = ExpertWeights::FromBuffers(GgmlType::kQ4_K, GgmlType::kQ4_K, 300, 256, 1,
                                         bytes.data(), bytes.data(), bytes.data());
   EXPECT_FALSE(odd.ok());
