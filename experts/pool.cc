@@ -1,7 +1,8 @@
 // The expert pool (see pool.h). One layer is one "job" of numbered work items in four phases:
 //   X: quantise input row i            (n_rows items)
-//   A: gate/up rows of one ff slice of one group (≤ 8 rows sharing an expert), write silu(g)·u
-//   Q: quantise the intermediate rows of one group for down
+//   A: gate/up rows of one ff slice of one group (≤ kMaxTileRows rows sharing an expert), write
+//      silu(g)·u into the group's intermediate rows
+//   Q: quantise one job's intermediate row for down
 //   B: down rows of one output-column slice for every group, accumulated into out
 // Items are claimed in order from one atomic word; an item of phase P first waits until every item
 // of phase P-1 is done. Claimed items are always being worked on, so the waits cannot deadlock, and
@@ -62,10 +63,12 @@ class Scratch {
   size_t capacity_ = 0;
 };
 
+// The rows of one expert, at most kMaxTileRows of them. Job slot first + a (a < count) owns row
+// first + a of the intermediate and down-output scratch.
 struct Group {
   int32_t expert;
   int32_t first;  // into the sorted jobs
-  int32_t count;  // 1..kMaxKernelRows
+  int32_t count;  // 1..kMaxTileRows
 };
 
 float Silu(float v) { return v / (1.0f + std::exp(-v)); }
@@ -159,14 +162,15 @@ struct ExpertPool::Impl {
   const float* x = nullptr;
   float* out = nullptr;
   DotFn gate_up_dot = nullptr, down_dot = nullptr;
-  int n_rows = 0, n_groups = 0, ff_slices = 0, out_slices = 0;
+  int n_rows = 0, n_jobs = 0, n_groups = 0, ff_slices = 0, out_slices = 0;
   int64_t xq_stride = 0, hq_stride = 0;
 
   // Scratch.
   std::vector<ExpertJob> sorted;
   std::vector<Group> groups;
-  Scratch<uint8_t> xq, hq;
-  Scratch<float> h;
+  Scratch<uint8_t> xq, hq;  // converted activations: one per row, one per job slot
+  Scratch<float> h, u;       // per job slot: gate (then silu(gate)·up) and up, n_ff each
+  Scratch<float> down;       // per job slot: the expert's output before weighting, hidden each
 };
 
 absl::StatusOr<std::unique_ptr<ExpertPool>> ExpertPool::Create(const PoolOptions& options) {
@@ -340,7 +344,7 @@ absl::Status ExpertPool::Run(const ExpertWeights& w, std::span<const ExpertJob> 
     return absl::UnimplementedError("expert pool: no kernel for these weight types on this ISA");
   }
 
-  // Group: sort by (expert, row) and cut each expert's rows into chunks of kMaxKernelRows.
+  // Group: sort by (expert, row) and cut each expert's rows into chunks of kMaxTileRows.
   impl.sorted.assign(jobs.begin(), jobs.end());
   std::sort(impl.sorted.begin(), impl.sorted.end(), [](const ExpertJob& a, const ExpertJob& b) {
     return a.expert != b.expert ? a.expert < b.expert : a.row < b.row;
@@ -348,7 +352,7 @@ absl::Status ExpertPool::Run(const ExpertWeights& w, std::span<const ExpertJob> 
   impl.groups.clear();
   for (int i = 0; i < static_cast<int>(impl.sorted.size()); ++i) {
     if (impl.groups.empty() || impl.groups.back().expert != impl.sorted[i].expert ||
-        impl.groups.back().count == kMaxKernelRows) {
+        impl.groups.back().count == kMaxTileRows) {
       impl.groups.push_back({impl.sorted[i].expert, i, 0});
     }
     ++impl.groups.back().count;
@@ -358,17 +362,20 @@ absl::Status ExpertPool::Run(const ExpertWeights& w, std::span<const ExpertJob> 
   impl.x = x;
   impl.out = out;
   impl.n_rows = n_rows;
+  impl.n_jobs = static_cast<int>(impl.sorted.size());
   impl.n_groups = static_cast<int>(impl.groups.size());
   impl.ff_slices = static_cast<int>((w.n_ff + kFfSlice - 1) / kFfSlice);
   impl.out_slices = static_cast<int>((w.hidden + kOutSlice - 1) / kOutSlice);
   impl.xq_stride = (ActivationRowBytes(w.gate.type, w.hidden) + 63) / 64 * 64;
   impl.hq_stride = (ActivationRowBytes(w.down.type, w.n_ff) + 63) / 64 * 64;
   impl.xq.Reserve(static_cast<size_t>(n_rows) * impl.xq_stride);
-  impl.hq.Reserve(static_cast<size_t>(impl.n_groups) * kMaxKernelRows * impl.hq_stride);
-  impl.h.Reserve(static_cast<size_t>(impl.n_groups) * kMaxKernelRows * w.n_ff);
+  impl.hq.Reserve(static_cast<size_t>(impl.n_jobs) * impl.hq_stride);
+  impl.h.Reserve(static_cast<size_t>(impl.n_jobs) * w.n_ff);
+  impl.u.Reserve(static_cast<size_t>(impl.n_jobs) * w.n_ff);
+  impl.down.Reserve(static_cast<size_t>(impl.n_jobs) * w.hidden);
 
   const uint64_t total = static_cast<uint64_t>(n_rows) +
-                         static_cast<uint64_t>(impl.n_groups) * impl.ff_slices + impl.n_groups +
+                         static_cast<uint64_t>(impl.n_groups) * impl.ff_slices + impl.n_jobs +
                          impl.out_slices;
   if (total > kMaxItems) {
     return absl::ResourceExhaustedError(absl::StrCat("expert pool: a layer of ", total,
@@ -376,7 +383,7 @@ absl::Status ExpertPool::Run(const ExpertWeights& w, std::span<const ExpertJob> 
   }
   impl.phase_end[0] = n_rows;
   impl.phase_end[1] = impl.phase_end[0] + impl.n_groups * impl.ff_slices;
-  impl.phase_end[2] = impl.phase_end[1] + impl.n_groups;
+  impl.phase_end[2] = impl.phase_end[1] + impl.n_jobs;
   impl.phase_end[3] = impl.phase_end[2] + impl.out_slices;
   Post(static_cast<uint32_t>(total));
   return absl::OkStatus();
@@ -396,47 +403,43 @@ void ExpertPool::RunItem(uint32_t item) {
     const Group& g = impl.groups[i / impl.ff_slices];
     const int64_t f0 = static_cast<int64_t>(i % impl.ff_slices) * kFfSlice;
     const int nf = static_cast<int>(std::min<int64_t>(kFfSlice, w.n_ff - f0));
-    const uint8_t* act[kMaxKernelRows];
+    const uint8_t* act[kMaxTileRows];
     for (int a = 0; a < g.count; ++a) {
       act[a] = impl.xq.data() + impl.sorted[g.first + a].row * impl.xq_stride;
     }
-    float gate[kMaxKernelRows * kFfSlice], up[kMaxKernelRows * kFfSlice];
+    float* h = impl.h.data() + static_cast<int64_t>(g.first) * w.n_ff + f0;
+    float* u = impl.u.data() + static_cast<int64_t>(g.first) * w.n_ff + f0;
     impl.gate_up_dot(w.gate.Expert(g.expert) + f0 * w.gate.row_bytes, w.gate.row_bytes, nf,
-                     w.hidden, act, g.count, gate, kFfSlice);
+                     w.hidden, act, g.count, h, w.n_ff);
     impl.gate_up_dot(w.up.Expert(g.expert) + f0 * w.up.row_bytes, w.up.row_bytes, nf, w.hidden,
-                     act, g.count, up, kFfSlice);
-    const int64_t group_index = &g - impl.groups.data();
+                     act, g.count, u, w.n_ff);
     for (int a = 0; a < g.count; ++a) {
-      float* h = impl.h.data() + (group_index * kMaxKernelRows + a) * w.n_ff + f0;
-      for (int r = 0; r < nf; ++r) h[r] = Silu(gate[a * kFfSlice + r]) * up[a * kFfSlice + r];
+      for (int r = 0; r < nf; ++r) h[a * w.n_ff + r] = Silu(h[a * w.n_ff + r]) * u[a * w.n_ff + r];
     }
     return;
   }
   if (item < impl.phase_end[2]) {  // Q
-    const int64_t gi = item - impl.phase_end[1];
-    for (int a = 0; a < impl.groups[gi].count; ++a) {
-      const int64_t slot = gi * kMaxKernelRows + a;
-      QuantizeActivations(w.down.type, impl.h.data() + slot * w.n_ff, w.n_ff,
-                          impl.hq.data() + slot * impl.hq_stride);
-    }
+    const int64_t slot = item - impl.phase_end[1];
+    QuantizeActivations(w.down.type, impl.h.data() + slot * w.n_ff, w.n_ff,
+                        impl.hq.data() + slot * impl.hq_stride);
     return;
   }
   // B: output columns [c0, c0 + nc) of every group, accumulated in group order (deterministic).
   const int64_t c0 = static_cast<int64_t>(item - impl.phase_end[2]) * kOutSlice;
   const int nc = static_cast<int>(std::min<int64_t>(kOutSlice, w.hidden - c0));
-  float part[kMaxKernelRows * kOutSlice];
   for (int gi = 0; gi < impl.n_groups; ++gi) {
     const Group& g = impl.groups[gi];
-    const uint8_t* act[kMaxKernelRows];
+    const uint8_t* act[kMaxTileRows];
     for (int a = 0; a < g.count; ++a) {
-      act[a] = impl.hq.data() + (static_cast<int64_t>(gi) * kMaxKernelRows + a) * impl.hq_stride;
+      act[a] = impl.hq.data() + static_cast<int64_t>(g.first + a) * impl.hq_stride;
     }
+    float* part = impl.down.data() + static_cast<int64_t>(g.first) * w.hidden + c0;
     impl.down_dot(w.down.Expert(g.expert) + c0 * w.down.row_bytes, w.down.row_bytes, nc, w.n_ff,
-                  act, g.count, part, kOutSlice);
+                  act, g.count, part, w.hidden);
     for (int a = 0; a < g.count; ++a) {
       const ExpertJob& job = impl.sorted[g.first + a];
       float* o = impl.out + static_cast<int64_t>(job.row) * w.hidden + c0;
-      for (int c = 0; c < nc; ++c) o[c] += job.weight * part[a * kOutSlice + c];
+      for (int c = 0; c < nc; ++c) o[c] += job.weight * part[a * w.hidden + c];
     }
   }
 }

@@ -82,8 +82,9 @@ class ExpertPool {
   ExpertPool& operator=(const ExpertPool&) = delete;
 
   // out[r][c] += Σ_{jobs with row r} weight · down(silu(gate·x[r]) ⊙ up·x[r])[c] for x, out of
-  // n_rows × hidden floats. An expert chosen by several rows is read once per 8 of them; every
-  // expert is split across all threads (gate/up rows, then down rows).
+  // n_rows × hidden floats. An expert chosen by several rows is read once per kMaxTileRows (512)
+  // of them (the kernels' tiled path past 8 rows); every expert is split across all threads
+  // (gate/up rows, then down rows).
   absl::Status Run(const ExpertWeights& w, std::span<const ExpertJob> jobs, const float* x,
                    int n_rows, float* out);
 
