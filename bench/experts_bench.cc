@@ -1,8 +1,11 @@
-// Lab for the expert kernels: one kernel call (weight rows × 1..8 activation rows) per ISA and
-// format, over a weight set larger than L3 (rotated per iteration) so the number is a streaming
-// rate. Reports weight bytes/s; `tandem bench experts` is the scenario benchmark with ratios.
+// Lab for the expert kernels: one kernel call (weight rows × 1..8, 64 or 512 activation rows) per
+// ISA and format, over a weight set larger than L3 (rotated per iteration) so the number is a
+// streaming rate, next to the same call on one L2-resident matrix (the kernel's compute ceiling)
+// and a one-thread streaming read (the memory ceiling one core sees). Reports weight bytes/s;
+// `tandem bench experts` is the scenario benchmark with ratios against all cores' bandwidth.
 #include <benchmark/benchmark.h>
 
+#include <cstdint>
 #include <vector>
 
 #include "experts/kernels.h"
@@ -11,23 +14,24 @@
 namespace tandem::experts {
 namespace {
 
-void BM_Dot(benchmark::State& state, quant::GgmlType type, Isa isa) {
+// hot: one 64-row matrix (≤ 150 KiB at k = 2048), reused every iteration, so it stays in L2.
+void BM_Dot(benchmark::State& state, quant::GgmlType type, Isa isa, bool hot) {
   if (!CpuSupports(isa)) {
     state.SkipWithError("CPU lacks this ISA");
     return;
   }
   const int n_act = static_cast<int>(state.range(0));
-  const int64_t k = 2048, rows = 768;
+  const int64_t k = 2048, rows = hot ? 64 : 768;
   const int64_t row_bytes = quant::RowBytes(type, k);
   const int64_t matrix_bytes = rows * row_bytes;
-  const int copies = static_cast<int>((256ll << 20) / matrix_bytes) + 1;  // 256 MiB > any L3 here
+  const int copies = hot ? 1 : static_cast<int>((256ll << 20) / matrix_bytes) + 1;  // > any L3
   std::vector<uint8_t> w(static_cast<size_t>(matrix_bytes * copies));
   quant::RandomizeBlocks(type, 1, 0.05f, w.data(),
                          copies * rows * k / quant::GetTypeInfo(type).block_elems);
   std::vector<float> x(static_cast<size_t>(k * n_act), 0.5f);
   const int64_t act_bytes = ActivationRowBytes(type, k);
   std::vector<uint8_t> xq(static_cast<size_t>(act_bytes * n_act));
-  const uint8_t* act[kMaxKernelRows];
+  std::vector<const uint8_t*> act(n_act);
   for (int a = 0; a < n_act; ++a) {
     QuantizeActivations(type, &x[a * k], k, &xq[a * act_bytes]);
     act[a] = &xq[a * act_bytes];
@@ -36,7 +40,7 @@ void BM_Dot(benchmark::State& state, quant::GgmlType type, Isa isa) {
   const DotFn dot = GetDotKernel(isa, type);
   int copy = 0;
   for (auto _ : state) {
-    dot(w.data() + copy * matrix_bytes, row_bytes, static_cast<int>(rows), k, act, n_act,
+    dot(w.data() + copy * matrix_bytes, row_bytes, static_cast<int>(rows), k, act.data(), n_act,
         out.data(), rows);
     benchmark::DoNotOptimize(out.data());
     copy = (copy + 1) % copies;
@@ -44,9 +48,35 @@ void BM_Dot(benchmark::State& state, quant::GgmlType type, Isa isa) {
   state.SetBytesProcessed(state.iterations() * matrix_bytes);
 }
 
-#define TANDEM_DOT_BENCH(type, isa)                                                     \
-  BENCHMARK_CAPTURE(BM_Dot, type##_##isa, quant::GgmlType::k##type, Isa::k##isa)        \
-      ->Arg(1)->Arg(4)->Arg(8)
+// One thread summing 1 GiB with 64-bit loads: the most one core streams from memory.
+void BM_StreamRead(benchmark::State& state) {
+  std::vector<uint64_t> buf((size_t{1} << 30) / 8);
+  for (size_t i = 0; i < buf.size(); ++i) buf[i] = i;
+  for (auto _ : state) {
+    uint64_t a = 0, b = 0, c = 0, d = 0;
+    for (size_t i = 0; i < buf.size(); i += 4) {
+      a += buf[i];
+      b += buf[i + 1];
+      c += buf[i + 2];
+      d += buf[i + 3];
+    }
+    benchmark::DoNotOptimize(a + b + c + d);
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(buf.size() * 8));
+}
+BENCHMARK(BM_StreamRead)->Unit(benchmark::kMillisecond);
+
+#define TANDEM_DOT_BENCH(type, isa)                                                          \
+  BENCHMARK_CAPTURE(BM_Dot, type##_##isa, quant::GgmlType::k##type, Isa::k##isa, false)      \
+      ->Arg(1)                                                                               \
+      ->Arg(4)                                                                               \
+      ->Arg(8);                                                                              \
+  BENCHMARK_CAPTURE(BM_Dot, type##_##isa##_hot, quant::GgmlType::k##type, Isa::k##isa, true) \
+      ->Arg(1)                                                                               \
+      ->Arg(4)                                                                               \
+      ->Arg(8)                                                                               \
+      ->Arg(64)                                                                              \
+      ->Arg(512)
 TANDEM_DOT_BENCH(Q4_K, Scalar);
 TANDEM_DOT_BENCH(Q4_K, Avx2);
 TANDEM_DOT_BENCH(Q4_K, Avx512);
@@ -54,6 +84,12 @@ TANDEM_DOT_BENCH(Q3_K, Avx2);
 TANDEM_DOT_BENCH(Q3_K, Avx512);
 TANDEM_DOT_BENCH(Q8_0, Avx2);
 TANDEM_DOT_BENCH(Q8_0, Avx512);
+TANDEM_DOT_BENCH(Q6_K, Avx2);
+TANDEM_DOT_BENCH(Q6_K, Avx512);
+TANDEM_DOT_BENCH(F16, Avx2);
+TANDEM_DOT_BENCH(F16, Avx512);
+TANDEM_DOT_BENCH(BF16, Avx2);
+TANDEM_DOT_BENCH(BF16, Avx512);
 
 }  // namespace
 }  // namespace tandem::experts
