@@ -1,5 +1,5 @@
 // The activation side of every device matrix-vector product: rows quantised to int8 in blocks of
-// 32 (scale d, and the fp32 sum of the block for formats with minimums), kept in shared memory,
+// 32 (scale d, and the block sum d·Σq for formats with minimums), kept in shared memory,
 // plus an fp32 copy for float weights. Step row r reads activation row
 // base + popcount(mask & ((1 << r) - 1)), so a matrix used by a subset of rows (one expert) reads
 // only those rows' activations. C++17, device only.
@@ -12,7 +12,7 @@ namespace tandem::megakernel {
 struct ActSet {
   const int8_t* q = nullptr;  // [n][cols]
   const float* d = nullptr;   // [n][cols / 32]
-  const float* s = nullptr;   // [n][cols / 32]
+  const float* s = nullptr;   // [n][cols / 32] d · Σ q of each block
   const float* x = nullptr;   // [n][cols], shared or global memory
   int cols = 0;
 };

@@ -54,7 +54,8 @@ __device__ __forceinline__ void NormRows(const float* src, int src_stride, int n
   }
 }
 
-// Quantises n rows of `cols` fp32 values (row stride `stride`) into a's int8 blocks: eight lanes
+// Quantises n rows of `cols` fp32 values (row stride `stride`) into a's int8 blocks (and block
+// sums d·Σq): eight lanes
 // per 32-value block, four values each, four blocks per warp step (the loop is warp-uniform so
 // that the shuffles always see the whole warp). Block-level; __syncthreads() before reading a.
 __device__ __forceinline__ void QuantizeRows(const float* x, int stride, int n, const ActSet& a) {
@@ -70,18 +71,22 @@ __device__ __forceinline__ void QuantizeRows(const float* x, int stride, int n, 
       v = *reinterpret_cast<const float4*>(x + static_cast<int64_t>(r) * stride + 32 * b + 4 * sub);
     }
     float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-    float sum = (v.x + v.y) + (v.z + v.w);
-    for (int o = 4; o > 0; o >>= 1) {
-      amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, o));
-      sum += __shfl_xor_sync(kFullMask, sum, o);
-    }
-    if (!valid) continue;
+    float sum;
+    for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, o));
     const float d = amax / 127.0f;
     const float id = d > 0 ? 1.0f / d : 0.0f;
-    const uint32_t q = (static_cast<uint32_t>(__float2int_rn(v.x * id)) & 0xffu) |
-                       (static_cast<uint32_t>(__float2int_rn(v.y * id)) & 0xffu) << 8 |
-                       (static_cast<uint32_t>(__float2int_rn(v.z * id)) & 0xffu) << 16 |
-                       (static_cast<uint32_t>(__float2int_rn(v.w * id)) & 0xffu) << 24;
+    const int q0 = __float2int_rn(v.x * id), q1 = __float2int_rn(v.y * id);
+    const int q2 = __float2int_rn(v.z * id), q3 = __float2int_rn(v.w * id);
+    // The block sum of the quantised values (times d): formats with minimums subtract
+    // min · Σx, and using the same quantised x there as in the dot product keeps the two terms'
+    // errors from adding up (the dot product is then exactly that of the quantised row).
+    int isum = (q0 + q1) + (q2 + q3);
+    for (int o = 4; o > 0; o >>= 1) isum += __shfl_xor_sync(kFullMask, isum, o);
+    sum = d * static_cast<float>(isum);
+    if (!valid) continue;
+    const uint32_t q = (static_cast<uint32_t>(q0) & 0xffu) | (static_cast<uint32_t>(q1) & 0xffu) << 8 |
+                       (static_cast<uint32_t>(q2) & 0xffu) << 16 |
+                       (static_cast<uint32_t>(q3) & 0xffu) << 24;
     *reinterpret_cast<uint32_t*>(const_cast<int8_t*>(a.q) + static_cast<int64_t>(r) * a.cols +
                                  32 * b + 4 * sub) = q;
     if (sub == 0) {

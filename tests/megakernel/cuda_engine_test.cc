@@ -204,6 +204,12 @@ TEST(CudaRunnerTest, VerifyOfFourRowsEqualsFourSingleSteps) {
       singles.insert(singles.end(), one.begin(), one.end());
     }
     const double d = RelMaxDiff(four, singles);
+    const size_t V = static_cast<size_t>(e->hparams().n_vocab);
+    for (int r = 0; r < 4; ++r) {
+      std::vector<float> a(four.begin() + r * V, four.begin() + (r + 1) * V);
+      std::vector<float> b(singles.begin() + r * V, singles.begin() + (r + 1) * V);
+      std::printf("[%s] verify row %d: %.3e\n", shape, r, RelMaxDiff(a, b));
+    }
     std::printf("[%s] verify B=4 vs 4 x B=1: %.3e of max |logit|\n", shape, d);
     EXPECT_LT(d, 1e-5) << shape;
   }
