@@ -1,8 +1,8 @@
 // The activation side of every device matrix-vector product: rows quantised to int8 in blocks of
 // 32 (scale d, and the block sum d·Σq for formats with minimums), kept in shared memory,
-// plus an fp32 copy for float weights. Step row r reads activation row
-// base + popcount(mask & ((1 << r) - 1)), so a matrix used by a subset of rows (one expert) reads
-// only those rows' activations. C++17, device only.
+// plus an fp32 copy for float weights. Step row r reads activation row r (base < 0) or
+// base + popcount(mask & ((1 << r) - 1)) (per-pair activations: an expert's rows packed after
+// those of the experts before it). C++17, device only.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +18,7 @@ struct ActSet {
 };
 
 __device__ __forceinline__ int ActRow(unsigned mask, int base, int r) {
-  return base + __popc(mask & ((1u << r) - 1u));
+  return base < 0 ? r : base + __popc(mask & ((1u << r) - 1u));
 }
 
 }  // namespace tandem::megakernel

@@ -100,13 +100,16 @@ __device__ __forceinline__ unsigned RowMask(int n_rows) { return (1u << n_rows) 
 
 enum class OutMode : int32_t { kStore = 0, kAdd = 1, kSwiGlu = 2 };
 
-// One matrix-vector product of a phase: out[r][row] (op)= m[row] · act(r) for the rows r of
-// `mask`. kSwiGlu reads m2 at the same row and writes silu(m·x) * (m2·x).
+// One matrix-vector product of a phase: out[o(r)][row] (op)= m[row] · act[a(r)] for the step
+// rows r of `mask`, where a and o are ActRow(mask, act_base / out_base, r): the step row itself
+// (base -1) or the row's (expert, row) pair. kSwiGlu reads m2 at the same row and writes
+// silu(m·x) * (m2·x).
 struct MatVecJob {
   Matrix m, m2;
   const ActSet* act = nullptr;
   unsigned mask = 0;
-  int base = 0;
+  int act_base = -1;
+  int out_base = -1;
   float* out = nullptr;
   int out_stride = 0;  // per step row
   OutMode mode = OutMode::kStore;
@@ -128,19 +131,19 @@ __device__ __forceinline__ void RunUnit(const MatVecJob& job, int u) {
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0;
   RowDot<R>(job.m.type, active ? job.m.data + row * job.m.row_bytes : nullptr, job.m.cols, lane_g,
-            G, *job.act, job.mask, job.base, acc);
+            G, *job.act, job.mask, job.act_base, acc);
   float acc2[R];
   if (job.mode == OutMode::kSwiGlu) {
 #pragma unroll
     for (int r = 0; r < R; ++r) acc2[r] = 0;
     RowDot<R>(job.m2.type, active ? job.m2.data + row * job.m2.row_bytes : nullptr, job.m2.cols,
-              lane_g, G, *job.act, job.mask, job.base, acc2);
+              lane_g, G, *job.act, job.mask, job.act_base, acc2);
   }
   if (!active || lane_g != 0) return;
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     if (!(job.mask >> r & 1u)) continue;
-    float* o = job.out + static_cast<int64_t>(ActRow(job.mask, job.base, r)) * job.out_stride + row;
+    float* o = job.out + static_cast<int64_t>(ActRow(job.mask, job.out_base, r)) * job.out_stride + row;
     if (job.mode == OutMode::kStore) {
       *o = acc[r];
     } else if (job.mode == OutMode::kAdd) {

@@ -287,7 +287,7 @@ __device__ void MoeExpertUpPhase(const MoeArgs& A, uint8_t* smem) {
     job.m2 = ExpertMatrix(A.up, rt.slot_device[s]);
     job.act = &a;
     job.mask = rt.slot_rows[s];
-    job.base = rt.slot_pair0[s];
+    job.out_base = rt.slot_pair0[s];  // input: the step rows' normed x; output: per pair
     job.out = A.s.exp_act;
     job.out_stride = D.n_ff_exp;
     job.mode = OutMode::kSwiGlu;
@@ -315,7 +315,8 @@ __device__ void MoeExpertDownPhase(const MoeArgs& A, uint8_t* smem) {
     job.m = ExpertMatrix(A.down, rt.slot_device[s]);
     job.act = &a;
     job.mask = rt.slot_rows[s];
-    job.base = rt.slot_pair0[s];
+    job.act_base = rt.slot_pair0[s];  // input and output per pair
+    job.out_base = rt.slot_pair0[s];
     job.out = A.s.exp_out;
     job.out_stride = D.n_embd;
     RunUnit<R>(job, u % upe);
