@@ -72,6 +72,10 @@ bool CpuSupports(Isa isa) {
   return false;
 }
 
+// AVX-512 first: with the fused kernels it measured at least as fast as AVX2 on the 2-core Zen 4
+// VM (2026-11-29, `tandem bench experts`, Q4_K 10 experts 1 row: 20.3-21.5 GB/s vs 19.3; 4 rows
+// 2170-2350 vs 2476 us/layer). The 16-core Xeon's AVX-512 deficit (docs/perf/experts.md) was
+// measured with the old decode-to-L1 kernels and has not been re-measured.
 Isa BestIsa() {
   if (CpuSupports(Isa::kAvx512)) return Isa::kAvx512;
   if (CpuSupports(Isa::kAvx2)) return Isa::kAvx2;

@@ -44,7 +44,9 @@ struct KScales {
 
 static inline __m128i Iq4Table() { return LoadU128(quant::kIq4Codebook); }
 
-// Q4_K / Q5_K: the 12 packed bytes as [sc0..sc7, m0..m7] (the bit layout of ScaleMinK4).
+// Q4_K / Q5_K: the 12 packed bytes as [sc0..sc7, m0..m7] (the bit layout of ScaleMinK4), in
+// general-purpose registers: the kernels are bound by the vector pipes, so this stays off them
+// (a pshufb/shift version measured 6% slower for Q4_K on 2026-11-29, experts_bench hot/1).
 static inline __m128i ScaleMinBytesK4(const uint8_t* s) {
   uint32_t w[3];
   std::memcpy(w, s, 12);
