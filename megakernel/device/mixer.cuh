@@ -106,7 +106,9 @@ __device__ void AttentionNormRope(const MixerArgs& A) {
 }
 
 // Attention phase 2: one warp per (row, head, key chunk): online softmax over the chunk's keys,
-// writing (max, sum, unnormalised output) to the partials.
+// writing (max, sum, unnormalised output) to the partials. Keys go 32 at a time: each lane scores
+// one key with independent 16-byte loads (no dependent round trip per key), then the warp
+// accumulates the 32 weighted value rows, lanes over head dimensions.
 __device__ void AttentionPartials(const MixerArgs& A) {
   const ModelDims& D = A.dims;
   const int B = A.in->n_rows, hd = D.head_dim, nh = D.n_head;
@@ -117,34 +119,47 @@ __device__ void AttentionPartials(const MixerArgs& A) {
   const int n_chunks = (n_keys_max + chunk - 1) / chunk;
   const float scale = 1.0f / sqrtf(static_cast<float>(hd));
   const int per_lane = hd / 32;
+  const int kv_dim = D.kv_dim();
   for (int it = GlobalWarp(); it < B * nh * n_chunks; it += GridWarps()) {
     const int c = it % n_chunks, h = (it / n_chunks) % nh, r = it / (n_chunks * nh);
     const int n_keys = A.in->first_pos + r + 1;
     const int k0 = c * chunk, k1 = min(n_keys, k0 + chunk);
-    const float* qv = A.s.proj + static_cast<int64_t>(r) * A.s.proj_stride + h * q_stride;
+    const float4* q4 = reinterpret_cast<const float4*>(
+        A.s.proj + static_cast<int64_t>(r) * A.s.proj_stride + h * q_stride);
     const int g = h / group;
-    float q[kMaxHeadDim / 32], o[kMaxHeadDim / 32];
+    const float* k_base = A.att.k_cache + g * hd;
+    const float* v_base = A.att.v_cache + g * hd;
+    float o[kMaxHeadDim / 32];
 #pragma unroll
-    for (int t = 0; t < kMaxHeadDim / 32; ++t) {
-      q[t] = t < per_lane ? qv[Lane() + 32 * t] : 0.0f;
-      o[t] = 0;
-    }
+    for (int t = 0; t < kMaxHeadDim / 32; ++t) o[t] = 0;
     float m = -INFINITY, l = 0;
-    for (int j = k0; j < k1; ++j) {
-      const float* kj = A.att.k_cache + static_cast<int64_t>(j) * D.kv_dim() + g * hd;
-      const float* vj = A.att.v_cache + static_cast<int64_t>(j) * D.kv_dim() + g * hd;
-      float s = 0;
-#pragma unroll
-      for (int t = 0; t < kMaxHeadDim / 32; ++t) {
-        if (t < per_lane) s += q[t] * kj[Lane() + 32 * t];
+    for (int j0 = k0; j0 < k1; j0 += 32) {
+      const int j = j0 + Lane();
+      float s = -INFINITY;
+      if (j < k1) {
+        const float4* k4 = reinterpret_cast<const float4*>(k_base + static_cast<int64_t>(j) * kv_dim);
+        float acc0 = 0, acc1 = 0;
+        for (int d = 0; d < hd / 4; d += 2) {
+          const float4 a = k4[d], b = q4[d], a2 = k4[d + 1], b2 = q4[d + 1];
+          acc0 += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+          acc1 += a2.x * b2.x + a2.y * b2.y + a2.z * b2.z + a2.w * b2.w;
+        }
+        s = (acc0 + acc1) * scale;
       }
-      s = WarpSum(s) * scale;
-      const float m_new = fmaxf(m, s);
-      const float corr = expf(m - m_new), p = expf(s - m_new);
-      l = l * corr + p;
+      const float m_new = fmaxf(m, WarpMax(s));
+      const float p = j < k1 ? expf(s - m_new) : 0.0f;
+      const float corr = expf(m - m_new);
+      l = l * corr + WarpSum(p);
 #pragma unroll
-      for (int t = 0; t < kMaxHeadDim / 32; ++t) {
-        if (t < per_lane) o[t] = o[t] * corr + p * vj[Lane() + 32 * t];
+      for (int t = 0; t < kMaxHeadDim / 32; ++t) o[t] *= corr;
+      const int n = min(32, k1 - j0);
+      for (int jj = 0; jj < n; ++jj) {
+        const float pj = __shfl_sync(kFullMask, p, jj);
+        const float* vj = v_base + static_cast<int64_t>(j0 + jj) * kv_dim;
+#pragma unroll
+        for (int t = 0; t < kMaxHeadDim / 32; ++t) {
+          if (t < per_lane) o[t] += pj * vj[Lane() + 32 * t];
+        }
       }
       m = m_new;
     }

@@ -16,6 +16,7 @@ t0=$(date +%s)
 cmake -S . -B build-dev -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" \
   -DTANDEM_CUDA=ON -DTANDEM_BUILD_BENCH=OFF > "$out/configure.log" 2>&1 || { tail -20 "$out/configure.log"; exit 1; }
 targets="tandem megakernel_test quant_device_test"
+[[ $stages == " profile " ]] && targets=tandem
 [[ $stages == *" alltests "* ]] && targets=all
 cmake --build build-dev -j"$(nproc)" --target $targets > "$out/build.log" 2>&1 || { grep -m10 -B2 -A10 "error" "$out/build.log"; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
@@ -34,6 +35,14 @@ if [[ $stages == *" sanitize "* ]]; then
       --gtest_filter="$filter" > "$out/sanitizer_$tool.log" 2>&1
     echo "compute-sanitizer $tool rc=$? $(grep -m1 'ERROR SUMMARY' "$out/sanitizer_$tool.log")"
   done
+fi
+if [[ $stages == *" profile "* ]]; then
+  # Per-op mode, one decode step: each kernel is one phase, in launch order.
+  ncu --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum \
+    --launch-skip ${PROFILE_SKIP:-1400} --launch-count ${PROFILE_COUNT:-436} --csv \
+    ./build-dev/tools/tandem run -m ${PROFILE_MODEL:-synth:qwen3-30b-a3b} --backend cuda --kernels per-op \
+    --no-cuda-graphs -p "hi" -n 6 --temp 0 > "$out/profile.csv" 2> "$out/profile.err"
+  echo "profile rc=$? lines $(wc -l < "$out/profile.csv")"; tail -3 "$out/profile.err"
 fi
 if [[ $stages == *" bench "* ]]; then
   ./build-dev/tools/tandem bench decode --backend cuda ${BENCH_ARGS:-} --json "$out/decode.json" > "$out/bench_decode.log" 2>&1
