@@ -23,6 +23,10 @@
 #include "oneapi/tbb/task_arena.h"
 #include "oneapi/tbb/task_scheduler_observer.h"
 
+#if defined(__SANITIZE_THREAD__)
+#include <sanitizer/tsan_interface.h>
+#endif
+
 namespace tandem::experts {
 namespace {
 
@@ -43,6 +47,31 @@ uint64_t Word(uint64_t epoch, uint64_t total, uint64_t next) {
 uint64_t EpochOf(uint64_t w) { return w >> (2 * kItemBits); }
 uint32_t TotalOf(uint64_t w) { return static_cast<uint32_t>((w >> kItemBits) & kItemMask); }
 uint32_t NextOf(uint64_t w) { return static_cast<uint32_t>(w & kItemMask); }
+
+// ThreadSanitizer sees no synchronisation inside Debian's libtbb (it is not instrumented), so the
+// happens-before edges this file takes from TBB are declared to it, one key per edge:
+//   kEnqueued:       a thread's writes before arena->enqueue(task) -> the task's body;
+//   kObserverReady:  the pool and topology set up before observe(true) -> every notification;
+//   kObserverExited: an on_scheduler_exit returning -> observe(false) returning (TBB's observer
+//                    destructor contract: observe(false) waits for notifications in progress).
+// No-ops outside TSan builds. What TSan still reports inside TBB's own headers is suppressed,
+// line by line with reasons, in tests/experts/tsan.supp.
+enum class TbbEdge { kEnqueued, kObserverReady, kObserverExited };
+char tbb_edge_keys[3];
+void TbbRelease(TbbEdge edge) {
+#if defined(__SANITIZE_THREAD__)
+  __tsan_release(&tbb_edge_keys[static_cast<int>(edge)]);
+#else
+  (void)edge;
+#endif
+}
+void TbbAcquire(TbbEdge edge) {
+#if defined(__SANITIZE_THREAD__)
+  __tsan_acquire(&tbb_edge_keys[static_cast<int>(edge)]);
+#else
+  (void)edge;
+#endif
+}
 
 struct MiFree {
   void operator()(void* p) const { mi_free(p); }
@@ -197,10 +226,15 @@ absl::StatusOr<std::unique_ptr<ExpertPool>> ExpertPool::Create(const PoolOptions
        public:
         Pinner(tbb::task_arena& arena, hwloc_topology_t topo)
             : tbb::task_scheduler_observer(arena), topo_(topo) {
+          TbbRelease(TbbEdge::kObserverReady);
           observe(true);
         }
-        ~Pinner() override { observe(false); }
+        ~Pinner() override {
+          observe(false);
+          TbbAcquire(TbbEdge::kObserverExited);
+        }
         void on_scheduler_entry(bool) override {
+          TbbAcquire(TbbEdge::kObserverReady);
           const int n_cores = hwloc_get_nbobjs_by_type(topo_, HWLOC_OBJ_CORE);
           if (n_cores <= 0) return;
           const int slot = tbb::this_task_arena::current_thread_index();
@@ -208,8 +242,10 @@ absl::StatusOr<std::unique_ptr<ExpertPool>> ExpertPool::Create(const PoolOptions
           if (core != nullptr) hwloc_set_cpubind(topo_, core->cpuset, HWLOC_CPUBIND_THREAD);
         }
         void on_scheduler_exit(bool) override {
+          TbbAcquire(TbbEdge::kObserverReady);
           hwloc_set_cpubind(topo_, hwloc_topology_get_allowed_cpuset(topo_),
                             HWLOC_CPUBIND_THREAD);
+          TbbRelease(TbbEdge::kObserverExited);
         }
 
        private:
@@ -235,9 +271,11 @@ void ExpertPool::EnsureWorkers() {
   // Pairs with the worker's decrement-then-recheck in WorkerMain (both seq_cst): either the
   // worker sees the new job or this load sees it gone and enqueues a replacement.
   const int resident = impl.resident.load(std::memory_order_seq_cst);
+  TbbRelease(TbbEdge::kEnqueued);
   for (int i = resident; i < n_workers_; ++i) {
     impl.live_tasks.fetch_add(1, std::memory_order_acq_rel);
     impl.arena->enqueue([this] {
+      TbbAcquire(TbbEdge::kEnqueued);  // before the first read of the captured `this`
       WorkerMain();
       impl_->live_tasks.fetch_sub(1, std::memory_order_acq_rel);
     });
