@@ -45,7 +45,11 @@ if [[ $stages == *" profile "* ]]; then
   echo "profile rc=$? lines $(wc -l < "$out/profile.csv")"; tail -3 "$out/profile.err"
 fi
 if [[ $stages == *" bench "* ]]; then
+  nvidia-smi -q -d PERFORMANCE > "$out/perf_state.txt" 2>&1
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,utilization.gpu --format=csv -lms 500 > "$out/clocks.csv" 2>&1 &
+  smi=$!
   ./build-dev/tools/tandem bench decode --backend cuda ${BENCH_ARGS:-} --json "$out/decode.json" > "$out/bench_decode.log" 2>&1
-  echo "bench rc=$?"; grep -v "^loading" "$out/bench_decode.log" | tail -12
+  echo "bench rc=$?"; kill $smi 2>/dev/null; grep -v "^loading" "$out/bench_decode.log" | tail -12
+  echo "SM clock (MHz) during the bench: $(awk -F', ' 'NR>1{print $2}' "$out/clocks.csv" | sort | uniq -c | sort -rn | head -5 | tr '\n' ' ')"
 fi
 echo "total: $(( $(date +%s) - t0 )) s"
