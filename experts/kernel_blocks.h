@@ -1,8 +1,8 @@
-// Internal to experts/kernels_*.cc: the common decoded form of one weight block that every ISA's
-// dot loop consumes, and the scalar decoders that fill it (the SIMD files add faster decoders for
-// some formats and must produce the same bytes). Everything here has internal linkage because each
-// kernel file is compiled with different -m flags; sharing one out-of-line copy across them could
-// run AVX-512 code on an AVX2-only CPU.
+// Internal to experts/kernels_*.cc: the per-block algebra (KBlock, Block32) and the scalar
+// decoders the scalar kernels use as the oracle, the format traits, and the format dispatch. The
+// SIMD decoders (kernel_decode_avx2.h) never build a KBlock but must yield the same values. Everything
+// here has internal linkage because each kernel file is compiled with different -m flags; sharing
+// one out-of-line copy across them could run AVX-512 code on an AVX2-only CPU.
 #pragma once
 
 #include <cstdint>
