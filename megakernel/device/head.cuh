@@ -50,18 +50,13 @@ __device__ void HeadLogits(const HeadArgs& A, uint8_t* smem) {
   const int n = A.in->n_logit_rows, H = D.n_embd;
   uint8_t* cursor = smem;
   float* xs;
-  ActSet a = CarveActs(cursor, n, H, true, &xs);
+  const ActSet a = CarveActs(cursor, n, H, true, &xs);
   NormRows(A.s.x + static_cast<int64_t>(A.in->logits_row0) * H, H, n, H, A.norm, D.rms_eps, xs);
   __syncthreads();
   QuantizeRows(xs, H, n, a);
+  SetJob(0, A.output, PublishActs(0, a), RowMask(n), A.s.logits, D.n_vocab);
   __syncthreads();
-  MatVecJob job;
-  job.m = A.output;
-  job.act = &a;
-  job.mask = RowMask(n);
-  job.out = A.s.logits;
-  job.out_stride = D.n_vocab;
-  RunJobs<R>(&job, 1);
+  RunJobs<R>(Plan().job, 1);
 }
 
 // Per block: the best (value, smallest index) of its share of each row's logits.

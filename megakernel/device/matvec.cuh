@@ -154,6 +154,41 @@ __device__ __forceinline__ void RunUnit(const MatVecJob& job, int u) {
   }
 }
 
+// The current phase's activation sets and jobs, one copy per block in shared memory. Kept out of
+// per-thread local memory on purpose: a local struct whose address is taken is spilled per
+// thread. Thread 0 writes (SetJob, PublishActs) before a __syncthreads(); every thread reads.
+struct PhasePlan {
+  ActSet act[2];
+  MatVecJob job[4];
+};
+
+__device__ __forceinline__ PhasePlan& Plan() {
+  __shared__ __align__(16) unsigned char storage[sizeof(PhasePlan)];
+  return *reinterpret_cast<PhasePlan*>(storage);
+}
+
+// Makes activation set i visible to the block (after the caller's next __syncthreads()).
+__device__ __forceinline__ const ActSet* PublishActs(int i, const ActSet& a) {
+  if (threadIdx.x == 0) Plan().act[i] = a;
+  return &Plan().act[i];
+}
+
+// Job i of the phase (thread 0 writes; visible after the caller's next __syncthreads()).
+__device__ __forceinline__ void SetJob(int i, const Matrix& m, const ActSet* act, unsigned mask,
+                                       float* out, int out_stride, OutMode mode = OutMode::kStore,
+                                       const Matrix* m2 = nullptr) {
+  if (threadIdx.x != 0) return;
+  MatVecJob& j = Plan().job[i];
+  j = MatVecJob();
+  j.m = m;
+  if (m2 != nullptr) j.m2 = *m2;
+  j.act = act;
+  j.mask = mask;
+  j.out = out;
+  j.out_stride = out_stride;
+  j.mode = mode;
+}
+
 // Runs every unit of jobs[0..n) over all warps of the grid.
 template <int R>
 __device__ __forceinline__ void RunJobs(const MatVecJob* jobs, int n) {

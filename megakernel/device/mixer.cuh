@@ -34,20 +34,12 @@ __device__ void MixerProjections(const MixerArgs& A, uint8_t* smem) {
   NormRows(A.s.x, D.n_embd, B, D.n_embd, A.norm, D.rms_eps, xs);
   __syncthreads();
   QuantizeRows(xs, D.n_embd, B, a);
-  __syncthreads();
+  const ActSet* act = PublishActs(0, a);
   const unsigned mask = RowMask(B);
   float* proj = A.s.proj;
   const int ps = A.s.proj_stride;
-  MatVecJob jobs[4];
   int n = 0;
-  auto add = [&](const Matrix& m, int offset) {
-    MatVecJob& j = jobs[n++];
-    j.m = m;
-    j.act = &a;
-    j.mask = mask;
-    j.out = proj + offset;
-    j.out_stride = ps;
-  };
+  auto add = [&](const Matrix& m, int offset) { SetJob(n++, m, act, mask, proj + offset, ps); };
   if (A.recurrent) {
     const int conv_dim = D.ssm_conv_dim(), d_inner = D.ssm_d_inner();
     add(A.dn.qkv, 0);
@@ -63,7 +55,8 @@ __device__ void MixerProjections(const MixerArgs& A, uint8_t* smem) {
     add(A.att.wk, D.q_rows());
     add(A.att.wv, D.q_rows() + D.kv_dim());
   }
-  RunJobs<R>(jobs, n);
+  __syncthreads();
+  RunJobs<R>(Plan().job, n);
 }
 
 // Attention phase 1: q/k RMSNorm and RoPE in place, k and v appended to the caches.
@@ -220,15 +213,9 @@ __device__ void AttentionOutput(const MixerArgs& A, uint8_t* smem) {
   ActSet a = CarveActs(cursor, B, cols, false, &unused);
   a.x = A.s.mix;
   QuantizeRows(A.s.mix, cols, B, a);
+  SetJob(0, A.att.wo, PublishActs(0, a), RowMask(B), A.s.x, D.n_embd, OutMode::kAdd);
   __syncthreads();
-  MatVecJob job;
-  job.m = A.att.wo;
-  job.act = &a;
-  job.mask = RowMask(B);
-  job.out = A.s.x;
-  job.out_stride = D.n_embd;
-  job.mode = OutMode::kAdd;
-  RunJobs<R>(&job, 1);
+  RunJobs<R>(Plan().job, 1);
 }
 
 __device__ __forceinline__ float Softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
@@ -347,15 +334,9 @@ __device__ void DeltaNetOutput(const MixerArgs& A, uint8_t* smem) {
   }
   __syncthreads();
   QuantizeRows(xs, d_inner, B, a);
+  SetJob(0, A.dn.out, PublishActs(0, a), RowMask(B), A.s.x, D.n_embd, OutMode::kAdd);
   __syncthreads();
-  MatVecJob job;
-  job.m = A.dn.out;
-  job.act = &a;
-  job.mask = RowMask(B);
-  job.out = A.s.x;
-  job.out_stride = D.n_embd;
-  job.mode = OutMode::kAdd;
-  RunJobs<R>(&job, 1);
+  RunJobs<R>(Plan().job, 1);
 }
 
 template <int R>

@@ -148,29 +148,15 @@ __device__ void MoeRouterPhase(const MoeArgs& A, uint8_t* smem) {
   NormRows(A.s.x, D.n_embd, B, D.n_embd, A.norm, D.rms_eps, xs);
   __syncthreads();
   QuantizeRows(xs, D.n_embd, B, a);
-  __syncthreads();
-  MatVecJob jobs[3];
+  const ActSet* act = PublishActs(0, a);
   int n = 0;
-  jobs[n].m = A.router;
-  jobs[n].act = &a;
-  jobs[n].mask = RowMask(B);
-  jobs[n].out = A.s.router;
-  jobs[n++].out_stride = D.n_expert;
+  SetJob(n++, A.router, act, RowMask(B), A.s.router, D.n_expert);
   if (A.has_shexp) {
-    jobs[n].m = A.sh_gate;
-    jobs[n].m2 = A.sh_up;
-    jobs[n].act = &a;
-    jobs[n].mask = RowMask(B);
-    jobs[n].out = A.s.sh_act;
-    jobs[n].out_stride = D.n_ff_shexp;
-    jobs[n++].mode = OutMode::kSwiGlu;
-    jobs[n].m = A.sh_gate_inp;
-    jobs[n].act = &a;
-    jobs[n].mask = RowMask(B);
-    jobs[n].out = A.s.sh_gate;
-    jobs[n++].out_stride = 1;
+    SetJob(n++, A.sh_gate, act, RowMask(B), A.s.sh_act, D.n_ff_shexp, OutMode::kSwiGlu, &A.sh_up);
+    SetJob(n++, A.sh_gate_inp, act, RowMask(B), A.s.sh_gate, 1);
   }
-  RunJobs<R>(jobs, n);
+  __syncthreads();
+  RunJobs<R>(Plan().job, n);
 }
 
 __device__ __forceinline__ Matrix ExpertMatrix(const ExpertBank& bank, int slot) {
@@ -207,6 +193,9 @@ __device__ void MoeExpertUpPhase(const MoeArgs& A, uint8_t* smem) {
   RouteRows(A, rt, expert_rows);  // starts and ends with __syncthreads()
   QuantizeRows(xs, H, B, a);
   if (A.has_shexp) QuantizeRows(A.s.sh_act, D.n_ff_shexp, B, sh);
+  const ActSet* act = PublishActs(0, a);
+  const ActSet* sh_act = PublishActs(1, sh);
+  if (A.has_shexp) SetJob(0, A.sh_down, sh_act, RowMask(B), A.s.sh_out, H);
   __syncthreads();
 
   if (blockIdx.x == 0) {
@@ -265,19 +254,11 @@ __device__ void MoeExpertUpPhase(const MoeArgs& A, uint8_t* smem) {
 
   const int upe = UnitsOf(ExpertMatrix(A.gate, 0));
   const int expert_units = rt.n_slots * upe;
-  MatVecJob shjob;
   int total = expert_units;
-  if (A.has_shexp) {
-    shjob.m = A.sh_down;
-    shjob.act = &sh;
-    shjob.mask = RowMask(B);
-    shjob.out = A.s.sh_out;
-    shjob.out_stride = H;
-    total += UnitsOf(A.sh_down);
-  }
+  if (A.has_shexp) total += UnitsOf(A.sh_down);
   for (int u = GlobalWarp(); u < total; u += GridWarps()) {
     if (u >= expert_units) {
-      RunUnit<R>(shjob, u - expert_units);
+      RunUnit<R>(Plan().job[0], u - expert_units);
       continue;
     }
     const int s = u / upe;
@@ -285,7 +266,7 @@ __device__ void MoeExpertUpPhase(const MoeArgs& A, uint8_t* smem) {
     MatVecJob job;
     job.m = ExpertMatrix(A.gate, rt.slot_device[s]);
     job.m2 = ExpertMatrix(A.up, rt.slot_device[s]);
-    job.act = &a;
+    job.act = act;
     job.mask = rt.slot_rows[s];
     job.out_base = rt.slot_pair0[s];  // input: the step rows' normed x; output: per pair
     job.out = A.s.exp_act;
@@ -306,6 +287,7 @@ __device__ void MoeExpertDownPhase(const MoeArgs& A, uint8_t* smem) {
   ActSet a = CarveActs(cursor, n_pairs, D.n_ff_exp, false, &unused);
   a.x = A.s.exp_act;
   QuantizeRows(A.s.exp_act, D.n_ff_exp, n_pairs, a);
+  const ActSet* act = PublishActs(0, a);
   __syncthreads();
   const int upe = UnitsOf(ExpertMatrix(A.down, 0));
   for (int u = GlobalWarp(); u < n_slots * upe; u += GridWarps()) {
@@ -313,7 +295,7 @@ __device__ void MoeExpertDownPhase(const MoeArgs& A, uint8_t* smem) {
     if (rt.slot_device[s] < 0) continue;
     MatVecJob job;
     job.m = ExpertMatrix(A.down, rt.slot_device[s]);
-    job.act = &a;
+    job.act = act;
     job.mask = rt.slot_rows[s];
     job.act_base = rt.slot_pair0[s];  // input and output per pair
     job.out_base = rt.slot_pair0[s];

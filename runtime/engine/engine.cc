@@ -80,6 +80,12 @@ std::string CudaBackendUnavailableReason() {
 #endif
 }
 
+#if defined(TANDEM_WITH_CUDA)
+void GpuRunnerDeleter::operator()(megakernel::GpuRunner* runner) const { delete runner; }
+#else
+void GpuRunnerDeleter::operator()(megakernel::GpuRunner*) const {}  // never created without CUDA
+#endif
+
 Engine::~Engine() = default;
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
@@ -174,7 +180,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& option
     ro.progress = options.progress;
     auto runner = megakernel::GpuRunner::Create(*engine->model_, ro);
     if (runner.ok()) {
-      engine->gpu_ = std::move(runner).value();
+      engine->gpu_.reset(std::move(runner).value().release());
     } else if (options.backend == "auto") {
       engine->notes_.push_back(absl::StrCat("backend auto: the cuda backend cannot run this model (",
                                             runner.status().message(),

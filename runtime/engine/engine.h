@@ -29,6 +29,14 @@ class GpuRunner;
 }
 
 namespace tandem::engine {
+// Deletes a GpuRunner where its type is complete (engine.cc), so that builds without CUDA,
+// where it never is, still compile.
+struct GpuRunnerDeleter {
+  void operator()(megakernel::GpuRunner* runner) const;
+};
+}  // namespace tandem::engine
+
+namespace tandem::engine {
 
 struct EngineOptions {
   std::string model;               // path, HF directory or synth:NAME
@@ -98,7 +106,7 @@ class Engine {
   // session runs at a time, as with the reference backend.
   std::unique_ptr<reference::ExpertComputer> expert_computer_;
   // cuda backend: weights and the state of one sequence live on the card (one session at a time).
-  std::unique_ptr<megakernel::GpuRunner> gpu_;
+  std::unique_ptr<megakernel::GpuRunner, GpuRunnerDeleter> gpu_;
   std::unique_ptr<scheduler::RoutingLogWriter> routing_log_;
   std::unique_ptr<scheduler::OnlinePlacement> placement_;
   std::unique_ptr<tbb::global_control> thread_limit_;
