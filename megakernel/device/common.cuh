@@ -18,6 +18,18 @@ __device__ __forceinline__ float WarpMax(float v) {
   return v;
 }
 
+// The largest (value, index) over the warp, ties to the smaller index; every lane gets it.
+__device__ __forceinline__ void WarpArgmax(float* value, int* index) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(kFullMask, *value, o);
+    const int oi = __shfl_xor_sync(kFullMask, *index, o);
+    if (ov > *value || (ov == *value && oi < *index)) {
+      *value = ov;
+      *index = oi;
+    }
+  }
+}
+
 __device__ __forceinline__ float HalfBitsToFloat(uint32_t bits16) {
   return __half2float(__ushort_as_half(static_cast<unsigned short>(bits16 & 0xffffu)));
 }

@@ -49,11 +49,8 @@ __device__ void HeadLogits(const HeadArgs& A, uint8_t* smem) {
   const ModelDims& D = A.dims;
   const int n = A.in->n_logit_rows, H = D.n_embd;
   uint8_t* cursor = smem;
-  float* xs;
-  const ActSet a = CarveActs(cursor, n, H, true, &xs);
-  NormRows(A.s.x + static_cast<int64_t>(A.in->logits_row0) * H, H, n, H, A.norm, D.rms_eps, xs);
-  __syncthreads();
-  QuantizeRows(xs, H, n, a);
+  const ActSet a = NormedActs(cursor, A.s.x + static_cast<int64_t>(A.in->logits_row0) * H, n, H,
+                              A.norm, D.rms_eps);
   SetJob(0, A.output, PublishActs(0, a), RowMask(n), A.s.logits, D.n_vocab);
   __syncthreads();
   RunJobs<R>(Plan().job, 1);
@@ -76,14 +73,7 @@ __device__ void HeadBlockArgmax(const HeadArgs& A) {
         bi = i;
       }
     }
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(kFullMask, bv, o);
-      const int oi = __shfl_xor_sync(kFullMask, bi, o);
-      if (ov > bv || (ov == bv && oi < bi)) {
-        bv = ov;
-        bi = oi;
-      }
-    }
+    WarpArgmax(&bv, &bi);
     if (Lane() == 0) {
       best_v[Warp()] = bv;
       best_i[Warp()] = bi;
@@ -116,14 +106,7 @@ __device__ void HeadFinalArgmax(const HeadArgs& A) {
         bi = i;
       }
     }
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(kFullMask, bv, o);
-      const int oi = __shfl_xor_sync(kFullMask, bi, o);
-      if (ov > bv || (ov == bv && oi < bi)) {
-        bv = ov;
-        bi = oi;
-      }
-    }
+    WarpArgmax(&bv, &bi);
     if (Lane() == 0) A.s.argmax[r] = bi;
   }
 }

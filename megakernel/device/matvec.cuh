@@ -96,6 +96,18 @@ __device__ __forceinline__ void QuantizeRows(const float* x, int stride, int n, 
   }
 }
 
+// Block-level: RMSNorm(rows of src) * w into a new activation set carved at `cursor` (fp32 copy
+// in shared memory), then quantised. The caller's next __syncthreads() publishes it.
+__device__ __forceinline__ ActSet NormedActs(uint8_t*& cursor, const float* src, int n, int cols,
+                                             const float* w, float eps) {
+  float* xs;
+  const ActSet a = CarveActs(cursor, n, cols, true, &xs);
+  NormRows(src, cols, n, cols, w, eps, xs);
+  __syncthreads();
+  QuantizeRows(xs, cols, n, a);
+  return a;
+}
+
 __device__ __forceinline__ unsigned RowMask(int n_rows) { return (1u << n_rows) - 1u; }
 
 enum class OutMode : int32_t { kStore = 0, kAdd = 1, kSwiGlu = 2 };

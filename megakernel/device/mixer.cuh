@@ -29,12 +29,7 @@ __device__ void MixerProjections(const MixerArgs& A, uint8_t* smem) {
   const ModelDims& D = A.dims;
   const int B = A.in->n_rows;
   uint8_t* cursor = smem;
-  float* xs;
-  ActSet a = CarveActs(cursor, B, D.n_embd, true, &xs);
-  NormRows(A.s.x, D.n_embd, B, D.n_embd, A.norm, D.rms_eps, xs);
-  __syncthreads();
-  QuantizeRows(xs, D.n_embd, B, a);
-  const ActSet* act = PublishActs(0, a);
+  const ActSet* act = PublishActs(0, NormedActs(cursor, A.s.x, B, D.n_embd, A.norm, D.rms_eps));
   const unsigned mask = RowMask(B);
   float* proj = A.s.proj;
   const int ps = A.s.proj_stride;

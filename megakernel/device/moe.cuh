@@ -45,14 +45,7 @@ __device__ void RouteRows(const MoeArgs& A, RouteTable& rt, uint32_t* expert_row
           best_e = e;
         }
       }
-      for (int o = 16; o > 0; o >>= 1) {
-        const float ob = __shfl_xor_sync(kFullMask, best, o);
-        const int oe = __shfl_xor_sync(kFullMask, best_e, o);
-        if (ob > best || (ob == best && oe < best_e)) {
-          best = ob;
-          best_e = oe;
-        }
-      }
+      WarpArgmax(&best, &best_e);
       if ((best_e & 31) == Lane()) {
         taken |= 1u << (best_e >> 5);
       }
@@ -143,12 +136,7 @@ __device__ void MoeRouterPhase(const MoeArgs& A, uint8_t* smem) {
   const ModelDims& D = A.dims;
   const int B = A.in->n_rows;
   uint8_t* cursor = smem;
-  float* xs;
-  ActSet a = CarveActs(cursor, B, D.n_embd, true, &xs);
-  NormRows(A.s.x, D.n_embd, B, D.n_embd, A.norm, D.rms_eps, xs);
-  __syncthreads();
-  QuantizeRows(xs, D.n_embd, B, a);
-  const ActSet* act = PublishActs(0, a);
+  const ActSet* act = PublishActs(0, NormedActs(cursor, A.s.x, B, D.n_embd, A.norm, D.rms_eps));
   int n = 0;
   SetJob(n++, A.router, act, RowMask(B), A.s.router, D.n_expert);
   if (A.has_shexp) {
