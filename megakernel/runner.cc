@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "megakernel/codecs.h"
 #include "megakernel/cuda_status.h"
+#include "megakernel/plan.h"
 #include "megakernel/smem.h"
 #include "runtime/base/sizes.h"
 #include "runtime/base/status_macros.h"
@@ -28,28 +29,6 @@ std::string CudaUnavailableReason() {
   if (count == 0) return "no CUDA device found";
   return "";
 }
-
-namespace {
-
-// The model tensors the kernels read, checked once: a device codec, whole slices per row, and
-// f32 for every 1-D parameter.
-absl::Status CheckMatrix(const format::TensorInfo& t) {
-  const int slice = SliceElems(static_cast<int>(t.type));
-  if (slice == 0) {
-    return absl::UnimplementedError(absl::StrCat(
-        "tensor ", t.name, " is ", quant::GetTypeInfo(t.type).name,
-        ", which the CUDA kernels do not read (they read ", DeviceCodecNames(),
-        "); use --backend cpu, or convert the model with those types"));
-  }
-  if (t.dims[0] % slice != 0 || t.dims[0] % 32 != 0) {
-    return absl::UnimplementedError(absl::StrCat("tensor ", t.name, ": rows of ", t.dims[0],
-                                                 " elements are not a multiple of ",
-                                                 std::max(slice, 32), " (CUDA kernels)"));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 GpuRunner::~GpuRunner() {
   graphs_.clear();
@@ -82,51 +61,11 @@ absl::StatusOr<std::unique_ptr<GpuRunner>> GpuRunner::Create(const model::Model&
   auto runner = std::unique_ptr<GpuRunner>(new GpuRunner());
   runner->options_ = options;
   runner->hp_ = model.hparams();
-  const model::HParams& hp = runner->hp_;
-  ModelDims& d = runner->dims_;
-  d.n_layer = hp.n_layer;
-  d.n_embd = hp.n_embd;
-  d.n_vocab = hp.n_vocab;
-  d.n_ctx = options.n_ctx;
-  d.rms_eps = hp.rms_eps;
-  d.n_head = hp.n_head;
-  d.n_head_kv = hp.n_head_kv;
-  d.head_dim = hp.head_dim;
-  d.n_rot = hp.n_rot;
-  d.gated_attention = hp.is_hybrid() ? 1 : 0;
-  d.n_expert = hp.n_expert;
-  d.n_expert_used = hp.n_expert_used;
-  d.n_ff_exp = hp.n_ff_exp;
-  d.n_ff_shexp = hp.n_ff_shexp;
-  d.norm_topk_prob = hp.norm_topk_prob ? 1 : 0;
-  d.expert_weights_scale = hp.expert_weights_scale;
-  if (hp.is_hybrid()) {
-    d.ssm_n_k = hp.ssm_n_group;
-    d.ssm_n_v = hp.ssm_dt_rank;
-    d.ssm_dk = hp.ssm_d_state;
-    d.ssm_dv = hp.head_v_dim();
-    d.ssm_conv_kernel = hp.ssm_conv_kernel;
-    d.ssm_tiled_heads = hp.arch == model::Arch::kQwen35Moe ? 1 : 0;
-    d.ssm_grouped_ba = model.Find("blk.0.ssm_ba.weight") != nullptr ? 1 : 0;
-  }
-
-  // Shapes the kernels were written for, checked once here.
-  std::string bad;
-  auto need = [&](bool ok, const std::string& what) {
-    if (!ok) absl::StrAppend(&bad, bad.empty() ? "" : "; ", what);
-  };
-  need(d.head_dim % 32 == 0 && d.head_dim <= 256, absl::StrCat("head_dim ", d.head_dim, " (need a multiple of 32, at most 256)"));
-  need(d.n_rot % 2 == 0 && d.n_rot <= d.head_dim, absl::StrCat("rotary dims ", d.n_rot));
-  need(d.n_embd % 32 == 0, absl::StrCat("hidden size ", d.n_embd, " (need a multiple of 32)"));
-  need(d.n_expert <= kMaxExperts, absl::StrCat(d.n_expert, " experts (at most ", kMaxExperts, ")"));
-  need(d.n_expert_used <= kMaxExpertsUsed, absl::StrCat(d.n_expert_used, " experts per token (at most ", kMaxExpertsUsed, ")"));
-  if (hp.is_hybrid()) {
-    need(d.ssm_conv_kernel >= 2 && d.ssm_conv_kernel <= 8, absl::StrCat("conv kernel ", d.ssm_conv_kernel));
-    need(d.ssm_dv % 32 == 0, absl::StrCat("DeltaNet value head dim ", d.ssm_dv, " (need a multiple of 32)"));
-  }
-  if (!bad.empty()) {
-    return absl::UnimplementedError(absl::StrCat(model.source(), ": the CUDA kernels do not support ", bad));
-  }
+  TANDEM_ASSIGN_OR_RETURN(runner->dims_, DimsForModel(model, options.n_ctx));
+  TANDEM_RETURN_IF_ERROR(CheckTensors(model));
+  // The budget covers weights, caches and states (checked again with scratch once allocated).
+  TANDEM_RETURN_IF_ERROR(CheckBudget(PlanVram(model, runner->dims_, options.n_ctx),
+                                     options.vram_budget, model.source(), options.n_ctx));
   TANDEM_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&runner->stream_, cudaStreamNonBlocking));
   TANDEM_CUDA_RETURN_IF_ERROR(cudaMallocHost(&runner->step_host_, sizeof(StepInput)));
   TANDEM_RETURN_IF_ERROR(runner->Upload(model));
@@ -136,45 +75,13 @@ absl::StatusOr<std::unique_ptr<GpuRunner>> GpuRunner::Create(const model::Model&
 
 absl::Status GpuRunner::Upload(const model::Model& model) {
   const model::HParams& hp = hp_;
-  // Every tensor the forward pass reads, checked before anything is allocated.
+  // Every tensor the forward pass reads (CheckTensors has accepted their types).
   std::vector<const format::TensorInfo*> used;
   uint64_t total = 0;
   for (const format::TensorInfo& t : model.tensors()) {
-    if (t.name.starts_with("blk.")) {
-      const int layer = std::atoi(t.name.c_str() + 4);
-      if (layer >= hp.n_layer) continue;  // MTP blocks
-    }
-    if (t.dims.size() == 1) {
-      if (t.type != quant::GgmlType::kF32) {
-        return absl::InvalidArgumentError(absl::StrCat("tensor ", t.name, " must be f32"));
-      }
-    } else if (t.name != "blk.0.ssm_conv1d.weight" && !t.name.ends_with("ssm_conv1d.weight")) {
-      TANDEM_RETURN_IF_ERROR(CheckMatrix(t));
-    }
+    if (!UsedByForward(t, hp)) continue;
     used.push_back(&t);
     total += t.nbytes + 64;
-  }
-  // The budget covers weights, caches, states and scratch; state and scratch are sized first.
-  {
-    const uint64_t kv = static_cast<uint64_t>(options_.n_ctx) * dims_.kv_dim() * 4 * 2;
-    uint64_t state = 0;
-    for (int il = 0; il < hp.n_layer; ++il) {
-      if (hp.IsRecurrentLayer(il)) {
-        state += static_cast<uint64_t>(dims_.ssm_conv_dim()) * (dims_.ssm_conv_kernel - 1) * 4 * kMaxRows;
-        state += static_cast<uint64_t>(dims_.ssm_n_v) * dims_.ssm_dk * dims_.ssm_dv * 4 * kMaxRows;
-      } else {
-        state += kv;
-      }
-    }
-    if (options_.vram_budget > 0 && total + state > options_.vram_budget) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          model.source(), ": the CUDA backend keeps every weight on the card and needs ",
-          FormatBytes(total + state), " (weights ", FormatBytes(total), ", caches and states ",
-          FormatBytes(state), " at context ", options_.n_ctx, ") plus scratch, over the VRAM budget of ",
-          FormatBytes(options_.vram_budget),
-          "; raise --vram-budget, lower --ctx, or use --backend cpu (experts in host RAM on the "
-          "GPU path are not built yet)"));
-    }
   }
   std::map<std::string, const uint8_t*> dev;
   uint64_t done = 0;

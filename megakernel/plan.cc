@@ -1,0 +1,137 @@
+#include "megakernel/plan.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "megakernel/codecs.h"
+#include "runtime/base/sizes.h"
+#include "runtime/base/status_macros.h"
+
+namespace tandem::megakernel {
+
+// Every device allocation carries this much slack: codecs read one aligned word past a row's last
+// block.
+inline constexpr uint64_t kAllocationSlack = 64;
+
+absl::StatusOr<ModelDims> DimsForModel(const model::Model& model, int n_ctx) {
+  const model::HParams& hp = model.hparams();
+  ModelDims d;
+  d.n_layer = hp.n_layer;
+  d.n_embd = hp.n_embd;
+  d.n_vocab = hp.n_vocab;
+  d.n_ctx = n_ctx;
+  d.rms_eps = hp.rms_eps;
+  d.n_head = hp.n_head;
+  d.n_head_kv = hp.n_head_kv;
+  d.head_dim = hp.head_dim;
+  d.n_rot = hp.n_rot;
+  d.gated_attention = hp.is_hybrid() ? 1 : 0;
+  d.n_expert = hp.n_expert;
+  d.n_expert_used = hp.n_expert_used;
+  d.n_ff_exp = hp.n_ff_exp;
+  d.n_ff_shexp = hp.n_ff_shexp;
+  d.norm_topk_prob = hp.norm_topk_prob ? 1 : 0;
+  d.expert_weights_scale = hp.expert_weights_scale;
+  if (hp.is_hybrid()) {
+    d.ssm_n_k = hp.ssm_n_group;
+    d.ssm_n_v = hp.ssm_dt_rank;
+    d.ssm_dk = hp.ssm_d_state;
+    d.ssm_dv = hp.head_v_dim();
+    d.ssm_conv_kernel = hp.ssm_conv_kernel;
+    d.ssm_tiled_heads = hp.arch == model::Arch::kQwen35Moe ? 1 : 0;
+    d.ssm_grouped_ba = model.Find("blk.0.ssm_ba.weight") != nullptr ? 1 : 0;
+  }
+  std::string bad;
+  auto need = [&](bool ok, const std::string& what) {
+    if (!ok) absl::StrAppend(&bad, bad.empty() ? "" : "; ", what);
+  };
+  need(d.head_dim % 32 == 0 && d.head_dim <= 256,
+       absl::StrCat("head_dim ", d.head_dim, " (need a multiple of 32, at most 256)"));
+  need(d.n_rot % 2 == 0 && d.n_rot <= d.head_dim, absl::StrCat("rotary dims ", d.n_rot));
+  need(d.n_embd % 32 == 0, absl::StrCat("hidden size ", d.n_embd, " (need a multiple of 32)"));
+  need(d.n_expert <= kMaxExperts, absl::StrCat(d.n_expert, " experts (at most ", kMaxExperts, ")"));
+  need(d.n_expert_used <= kMaxExpertsUsed,
+       absl::StrCat(d.n_expert_used, " experts per token (at most ", kMaxExpertsUsed, ")"));
+  need(n_ctx >= 1, absl::StrCat("context ", n_ctx));
+  if (hp.is_hybrid()) {
+    need(d.ssm_conv_kernel >= 2 && d.ssm_conv_kernel <= 8,
+         absl::StrCat("conv kernel ", d.ssm_conv_kernel, " (need 2..8)"));
+    need(d.ssm_dv % 32 == 0,
+         absl::StrCat("DeltaNet value head dim ", d.ssm_dv, " (need a multiple of 32)"));
+  }
+  if (!bad.empty()) {
+    return absl::UnimplementedError(
+        absl::StrCat(model.source(), ": the CUDA kernels do not support ", bad));
+  }
+  return d;
+}
+
+bool UsedByForward(const format::TensorInfo& t, const model::HParams& hp) {
+  return !t.name.starts_with("blk.") || std::atoi(t.name.c_str() + 4) < hp.n_layer;
+}
+
+absl::Status CheckTensors(const model::Model& model) {
+  for (const format::TensorInfo& t : model.tensors()) {
+    if (!UsedByForward(t, model.hparams())) continue;
+    if (t.dims.size() == 1 || t.name.ends_with("ssm_conv1d.weight")) {
+      // Read as fp32 vectors (the conv taps too, [K, conv_dim]).
+      if (t.type != quant::GgmlType::kF32) {
+        return absl::UnimplementedError(absl::StrCat(
+            model.source(), ": tensor ", t.name, " is ", quant::GetTypeInfo(t.type).name,
+            "; the CUDA backend reads it as f32"));
+      }
+      continue;
+    }
+    const int slice = SliceElems(static_cast<int>(t.type));
+    if (slice == 0) {
+      return absl::UnimplementedError(absl::StrCat(
+          model.source(), ": tensor ", t.name, " is ", quant::GetTypeInfo(t.type).name,
+          ", which the CUDA kernels do not read (they read ", DeviceCodecNames(),
+          "); use --backend cpu, or a model with those types"));
+    }
+    if (t.dims[0] % slice != 0 || t.dims[0] % 32 != 0) {
+      return absl::UnimplementedError(absl::StrCat(
+          model.source(), ": tensor ", t.name, ": rows of ", t.dims[0],
+          " elements are not a multiple of ", std::max(slice, 32), " (CUDA kernels)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+VramPlan PlanVram(const model::Model& model, const ModelDims& dims, int n_ctx) {
+  const model::HParams& hp = model.hparams();
+  VramPlan plan;
+  for (const format::TensorInfo& t : model.tensors()) {
+    if (UsedByForward(t, hp)) plan.weights += t.nbytes + kAllocationSlack;
+  }
+  const uint64_t cache_per_attention = 2 * (uint64_t{static_cast<uint32_t>(n_ctx)} *
+                                                dims.kv_dim() * 4 + kAllocationSlack);
+  for (int il = 0; il < hp.n_layer; ++il) {
+    if (hp.IsRecurrentLayer(il)) {
+      // Live state plus kMaxRows - 1 snapshots, conv and delta rule.
+      const uint64_t conv = uint64_t{static_cast<uint32_t>(dims.ssm_conv_dim())} *
+                            (dims.ssm_conv_kernel - 1) * 4;
+      const uint64_t ssm = uint64_t{static_cast<uint32_t>(dims.ssm_n_v)} * dims.ssm_dk *
+                           dims.ssm_dv * 4;
+      plan.caches += (conv + ssm) * kMaxRows + 4 * kAllocationSlack;
+    } else {
+      plan.caches += cache_per_attention;
+    }
+  }
+  return plan;
+}
+
+absl::Status CheckBudget(const VramPlan& plan, uint64_t budget, const std::string& source,
+                         int n_ctx) {
+  if (budget == 0 || plan.total() <= budget) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      source, ": the CUDA backend keeps every weight on the card and needs ",
+      FormatBytes(plan.total()), " (weights ", FormatBytes(plan.weights), ", caches and states ",
+      FormatBytes(plan.caches), " at context ", n_ctx, ") plus scratch, over the VRAM budget of ",
+      FormatBytes(budget),
+      "; raise --vram-budget, lower --ctx, or use --backend cpu (experts in host RAM on the GPU "
+      "path are not built yet)"));
+}
+
+}  // namespace tandem::megakernel

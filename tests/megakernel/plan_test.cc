@@ -1,0 +1,84 @@
+// The CUDA backend's host-side decisions, without a GPU: which models its kernels accept (errors
+// name the tensor and type), and the VRAM budget check (errors say how much is needed).
+#include "megakernel/plan.h"
+
+#include <gtest/gtest.h>
+
+#include "runtime/model/model.h"
+
+namespace tandem::megakernel {
+namespace {
+
+std::unique_ptr<model::Model> Describe(const std::string& spec) {
+  model::OpenOptions o;
+  o.materialize = false;  // shapes and types only
+  auto m = model::OpenModel(spec, o);
+  EXPECT_TRUE(m.ok()) << spec << ": " << m.status();
+  return m.ok() ? std::move(m).value() : nullptr;
+}
+
+TEST(PlanTest, AcceptsEveryTinyShapeAndTheBenchmarkShapes) {
+  for (const char* spec : {"synth:tiny-qwen3moe", "synth:tiny-qwen3next", "synth:tiny-qwen35moe",
+                           "synth:tiny-flash-next", "synth:qwen3-30b-a3b",
+                           "synth:flash-next-125b", "synth:qwen35-35b-a3b"}) {
+    auto m = Describe(spec);
+    ASSERT_NE(m, nullptr);
+    auto dims = DimsForModel(*m, 4096);
+    ASSERT_TRUE(dims.ok()) << spec << ": " << dims.status();
+    EXPECT_TRUE(CheckTensors(*m).ok()) << spec << ": " << CheckTensors(*m);
+  }
+}
+
+TEST(PlanTest, RefusesATypeWithoutADeviceCodecNamingTheTensor) {
+  auto m = Describe("synth:tiny-qwen3moe?experts=q4_0");
+  ASSERT_NE(m, nullptr);
+  const absl::Status s = CheckTensors(*m);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(s.message().find("_exps.weight"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("q4_0"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("q4_k"), std::string::npos) << "lists what it reads: " << s;
+  EXPECT_NE(s.message().find("--backend cpu"), std::string::npos) << s;
+}
+
+TEST(PlanTest, BudgetErrorSaysWhatTheModelNeeds) {
+  auto m = Describe("synth:flash-next-125b");
+  ASSERT_NE(m, nullptr);
+  auto dims = DimsForModel(*m, 4096);
+  ASSERT_TRUE(dims.ok());
+  const VramPlan plan = PlanVram(*m, *dims, 4096);
+  // Every routed expert of the 125B shape is ~50 GB: far over a 24 GiB card.
+  EXPECT_GT(plan.weights, uint64_t{40} << 30);
+  EXPECT_GT(plan.caches, 0u);
+  const absl::Status s = CheckBudget(plan, uint64_t{24} << 30, m->source(), 4096);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(s.message().find("needs"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("24.00 GiB"), std::string::npos) << s;
+  EXPECT_TRUE(CheckBudget(plan, 0, m->source(), 4096).ok()) << "0 means no limit";
+  EXPECT_TRUE(CheckBudget(plan, plan.total(), m->source(), 4096).ok());
+}
+
+TEST(PlanTest, CachesGrowWithContextOnlyForAttentionLayers) {
+  auto m = Describe("synth:tiny-qwen3next");
+  ASSERT_NE(m, nullptr);
+  auto d1 = DimsForModel(*m, 256);
+  auto d2 = DimsForModel(*m, 512);
+  ASSERT_TRUE(d1.ok() && d2.ok());
+  const VramPlan a = PlanVram(*m, *d1, 256), b = PlanVram(*m, *d2, 512);
+  EXPECT_EQ(a.weights, b.weights);
+  const model::HParams& hp = m->hparams();
+  int attention_layers = 0;
+  for (int il = 0; il < hp.n_layer; ++il) attention_layers += hp.IsRecurrentLayer(il) ? 0 : 1;
+  EXPECT_EQ(b.caches - a.caches,
+            uint64_t{256} * attention_layers * 2 * hp.n_head_kv * hp.head_dim * 4);
+}
+
+TEST(PlanTest, RefusesAZeroContext) {
+  auto m = Describe("synth:tiny-qwen3moe");
+  ASSERT_NE(m, nullptr);
+  EXPECT_FALSE(DimsForModel(*m, 0).ok());
+}
+
+}  // namespace
+}  // namespace tandem::megakernel
