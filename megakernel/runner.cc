@@ -464,6 +464,36 @@ absl::Status GpuRunner::Forward(std::span<const int32_t> tokens, int first_pos, 
   return absl::OkStatus();
 }
 
+absl::Status GpuRunner::RunLayerHalf(int layer, bool moe, std::span<const float> x, int n_rows,
+                                     int first_pos, std::vector<float>* out) {
+  const size_t H = static_cast<size_t>(dims_.n_embd);
+  if (layer < 0 || layer >= dims_.n_layer || n_rows < 1 || n_rows > kMaxRows ||
+      x.size() != n_rows * H || first_pos < 0 || first_pos + n_rows > dims_.n_ctx) {
+    return absl::InvalidArgumentError(absl::StrCat("layer half ", layer, " of ", n_rows,
+                                                   " rows at position ", first_pos, ": out of range"));
+  }
+  StepInput& in = *step_host_;
+  in = StepInput();
+  in.n_rows = n_rows;
+  in.first_pos = first_pos;
+  const int R = RowsVariant(n_rows);
+  const int v = R == 1 ? 0 : 1;
+  TANDEM_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(step_dev_, step_host_, sizeof(StepInput), cudaMemcpyHostToDevice, stream_));
+  TANDEM_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(scratch_.x, x.data(), x.size() * 4, cudaMemcpyHostToDevice, stream_));
+  if (moe) {
+    TANDEM_CUDA_RETURN_IF_ERROR(LaunchMoe(moe_[layer], R, options_.mode, moe_shape_[v], stream_));
+  } else {
+    TANDEM_CUDA_RETURN_IF_ERROR(LaunchMixer(mixer_[layer], R, options_.mode, mixer_shape_[v], stream_));
+  }
+  out->resize(x.size());
+  TANDEM_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(out->data(), scratch_.x, x.size() * 4, cudaMemcpyDeviceToHost, stream_));
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  return absl::OkStatus();
+}
+
 absl::Status GpuRunner::Rollback(int n_rows_in_step, int n_keep) {
   if (n_rows_in_step < 2 || n_rows_in_step > kMaxRows || n_keep < 1 || n_keep >= n_rows_in_step) {
     return absl::InvalidArgumentError(absl::StrCat("rollback to ", n_keep, " of ", n_rows_in_step,

@@ -56,6 +56,12 @@ class GpuRunner {
   // as if only the first n_keep rows had run. The KV cache needs nothing: later rows overwrite.
   absl::Status Rollback(int n_rows_in_step, int n_keep);
 
+  // One layer half (mixer or MoE, with its RMSNorm and residual) on n_rows rows of hidden state
+  // x (n_rows x n_embd) at positions first_pos.., using and updating the runner's sequence
+  // state; writes the updated rows to `out`. For per-half diffs against the reference.
+  absl::Status RunLayerHalf(int layer, bool moe, std::span<const float> x, int n_rows,
+                            int first_pos, std::vector<float>* out);
+
   // Zeroes the recurrent state (a new sequence).
   absl::Status Reset();
 

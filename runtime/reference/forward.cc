@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/base/status_macros.h"
 #include "runtime/reference/matmul.h"
 
 namespace tandem::reference {
@@ -369,6 +370,38 @@ absl::Status ReferenceForward::Moe(const Layer& w, int il, int T, const float* x
   return absl::OkStatus();
 }
 
+absl::Status ReferenceForward::RunHalf(int il, bool moe, SequenceState& state, int n_past, int T,
+                                       const ForwardOptions& options, float* x, float* h,
+                                       float* tmp) const {
+  const model::HParams& hp = hp_;
+  const Layer& w = layers_[il];
+  const int H = hp.n_embd;
+  for (int t = 0; t < T; ++t) {
+    RmsNorm(x + static_cast<size_t>(t) * H, F32(moe ? w.post_norm : w.attn_norm), H, hp.rms_eps,
+            h + static_cast<size_t>(t) * H);
+  }
+  if (moe) {
+    TANDEM_RETURN_IF_ERROR(Moe(w, il, T, h, options, tmp));
+  } else if (hp.IsRecurrentLayer(il)) {
+    DeltaNet(w, state.layers[il], T, h, tmp);
+  } else {
+    Attention(w, state.layers[il], n_past, T, h, tmp);
+  }
+  for (size_t i = 0; i < static_cast<size_t>(T) * H; ++i) x[i] += tmp[i];
+  return absl::OkStatus();
+}
+
+absl::Status ReferenceForward::LayerHalf(int layer, bool moe, SequenceState& state, int n_past,
+                                         int T, float* x) const {
+  if (layer < 0 || layer >= hp_.n_layer || T < 1 || n_past < 0 || n_past + T > state.n_ctx ||
+      static_cast<int>(state.layers.size()) != hp_.n_layer) {
+    return absl::InvalidArgumentError(absl::StrCat("layer half ", layer, " of ", T,
+                                                   " rows at position ", n_past, ": out of range"));
+  }
+  std::vector<float> h(static_cast<size_t>(T) * hp_.n_embd), tmp(h.size());
+  return RunHalf(layer, moe, state, n_past, T, ForwardOptions(), x, h.data(), tmp.data());
+}
+
 absl::Status ReferenceForward::Forward(std::span<const int32_t> tokens, SequenceState& state,
                                        const ForwardOptions& options,
                                        std::vector<float>* logits) const {
@@ -393,23 +426,8 @@ absl::Status ReferenceForward::Forward(std::span<const int32_t> tokens, Sequence
   for (int t = 0; t < T; ++t) DecodeRow(*token_embd_, tokens[t], &x[static_cast<size_t>(t) * H]);
 
   for (int il = 0; il < hp.n_layer; ++il) {
-    const Layer& w = layers_[il];
-    for (int t = 0; t < T; ++t) {
-      RmsNorm(&x[static_cast<size_t>(t) * H], F32(w.attn_norm), H, hp.rms_eps,
-              &h[static_cast<size_t>(t) * H]);
-    }
-    if (hp.IsRecurrentLayer(il)) {
-      DeltaNet(w, state.layers[il], T, h.data(), tmp.data());
-    } else {
-      Attention(w, state.layers[il], state.n_past, T, h.data(), tmp.data());
-    }
-    for (size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
-    for (int t = 0; t < T; ++t) {
-      RmsNorm(&x[static_cast<size_t>(t) * H], F32(w.post_norm), H, hp.rms_eps,
-              &h[static_cast<size_t>(t) * H]);
-    }
-    if (absl::Status s = Moe(w, il, T, h.data(), options, tmp.data()); !s.ok()) return s;
-    for (size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
+    TANDEM_RETURN_IF_ERROR(RunHalf(il, false, state, state.n_past, T, options, x.data(), h.data(), tmp.data()));
+    TANDEM_RETURN_IF_ERROR(RunHalf(il, true, state, state.n_past, T, options, x.data(), h.data(), tmp.data()));
   }
   state.n_past += T;
 

@@ -63,6 +63,13 @@ class ReferenceForward {
   absl::Status Forward(std::span<const int32_t> tokens, SequenceState& state,
                        const ForwardOptions& options, std::vector<float>* logits) const;
 
+  // One layer half on T rows of hidden state x (T x n_embd, updated in place) at positions
+  // n_past..: RMSNorm, then the mixer (attention or DeltaNet, using and updating `state`) or the
+  // MoE, then the residual. Per-half diffs of the fast paths start from here; Forward is a loop
+  // of these. Does not advance state.n_past.
+  absl::Status LayerHalf(int layer, bool moe, SequenceState& state, int n_past, int T,
+                         float* x) const;
+
  private:
   struct Layer {
     const format::TensorInfo* attn_norm = nullptr;
@@ -97,6 +104,8 @@ class ReferenceForward {
   };
 
   ReferenceForward() = default;
+  absl::Status RunHalf(int il, bool moe, SequenceState& state, int n_past, int T,
+                       const ForwardOptions& options, float* x, float* h, float* tmp) const;
   void Attention(const Layer& w, LayerState& ls, int n_past, int T, const float* x,
                  float* out) const;
   void DeltaNet(const Layer& w, LayerState& ls, int T, const float* x, float* out) const;
