@@ -10,10 +10,6 @@
 
 namespace tandem::megakernel {
 
-// Every device allocation carries this much slack: codecs read one aligned word past a row's last
-// block.
-inline constexpr uint64_t kAllocationSlack = 64;
-
 absl::StatusOr<ModelDims> DimsForModel(const model::Model& model, int n_ctx) {
   const model::HParams& hp = model.hparams();
   ModelDims d;

@@ -14,6 +14,9 @@
 
 namespace tandem::megakernel {
 
+// Bytes added to every device allocation: codecs read one aligned word past a row's last block.
+inline constexpr uint64_t kAllocationSlack = 64;
+
 // Kernel dimensions of `model` at context n_ctx (rope_inv_freq is left null), or an error listing
 // every shape the kernels do not support.
 absl::StatusOr<ModelDims> DimsForModel(const model::Model& model, int n_ctx);

@@ -38,11 +38,10 @@ GpuRunner::~GpuRunner() {
 }
 
 uint8_t* GpuRunner::AllocBytes(uint64_t bytes, uint64_t* counter) {
-  // 64 bytes of slack: codecs read one aligned word past a row's last block.
   void* p = nullptr;
-  if (cudaMalloc(&p, bytes + 64) != cudaSuccess) return nullptr;
+  if (cudaMalloc(&p, bytes + kAllocationSlack) != cudaSuccess) return nullptr;
   allocations_.push_back(p);
-  *counter += bytes + 64;
+  *counter += bytes + kAllocationSlack;
   return static_cast<uint8_t*>(p);
 }
 
@@ -77,12 +76,10 @@ absl::Status GpuRunner::Upload(const model::Model& model) {
   const model::HParams& hp = hp_;
   // Every tensor the forward pass reads (CheckTensors has accepted their types).
   std::vector<const format::TensorInfo*> used;
-  uint64_t total = 0;
   for (const format::TensorInfo& t : model.tensors()) {
-    if (!UsedByForward(t, hp)) continue;
-    used.push_back(&t);
-    total += t.nbytes + 64;
+    if (UsedByForward(t, hp)) used.push_back(&t);
   }
+  const uint64_t total = PlanVram(model, dims_, options_.n_ctx).weights;  // progress denominator
   std::map<std::string, const uint8_t*> dev;
   uint64_t done = 0;
   for (const format::TensorInfo* t : used) {
@@ -94,7 +91,7 @@ absl::Status GpuRunner::Upload(const model::Model& model) {
     }
     TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpy(p, t->data, t->nbytes, cudaMemcpyHostToDevice));
     dev[t->name] = p;
-    done += t->nbytes + 64;
+    done += t->nbytes + kAllocationSlack;
     if (options_.progress) options_.progress(done, total);
   }
   auto find = [&](const std::string& name) -> const format::TensorInfo* { return model.Find(name); };
@@ -191,11 +188,7 @@ absl::Status GpuRunner::Upload(const model::Model& model) {
       me.sh_gate = matrix(p + "ffn_gate_shexp.weight");
       me.sh_up = matrix(p + "ffn_up_shexp.weight");
       me.sh_down = matrix(p + "ffn_down_shexp.weight");
-      me.sh_gate_inp = matrix(p + "ffn_gate_inp_shexp.weight");
-      me.sh_gate_inp.rows = 1;
-      me.sh_gate_inp.cols = hp.n_embd;
-      me.sh_gate_inp.row_bytes = int64_t{hp.n_embd} * 4;
-      me.sh_gate_inp.type = static_cast<int32_t>(quant::GgmlType::kF32);
+      me.sh_gate_inp = matrix(p + "ffn_gate_inp_shexp.weight");  // 1 x n_embd, f32
     }
     me.residency = nullptr;  // every expert resident: slot == expert id
   }
