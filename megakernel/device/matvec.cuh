@@ -40,17 +40,40 @@ __device__ __forceinline__ ActSet CarveActs(uint8_t*& cursor, int n, int cols, b
   return a;
 }
 
-// dst[r] = RMSNorm(src[r]) * w for n rows (w may be null): one warp per row. Block-level.
+// dst[r] = RMSNorm(src[r]) * w for n <= kMaxRows rows (w may be null). Block-level: every thread
+// takes columns t, t + kBlockThreads, ... of every row, so a row costs one round of independent
+// loads per kBlockThreads columns (one warp per row cost ~8 µs of dependent round trips per
+// phase at 2,048 columns: ncu per-op profile, 2026-11-29). dst may alias src.
 __device__ __forceinline__ void NormRows(const float* src, int src_stride, int n, int cols,
                                          const float* w, float eps, float* dst) {
-  for (int r = Warp(); r < n; r += kWarpsPerBlock) {
+  __shared__ float partial[kWarpsPerBlock][kMaxRows];
+  __shared__ float scale[kMaxRows];
+  for (int r = 0; r < n; ++r) {
     const float* x = src + static_cast<int64_t>(r) * src_stride;
-    float ss = 0;
-    for (int i = Lane(); i < cols; i += 32) ss += x[i] * x[i];
-    ss = WarpSum(ss);
-    const float scale = 1.0f / sqrtf(ss / static_cast<float>(cols) + eps);
     float* y = dst + static_cast<int64_t>(r) * cols;
-    for (int i = Lane(); i < cols; i += 32) y[i] = x[i] * scale * (w != nullptr ? w[i] : 1.0f);
+    float ss = 0;
+#pragma unroll 4
+    for (int i = threadIdx.x; i < cols; i += kBlockThreads) {
+      const float v = x[i];
+      y[i] = v;
+      ss += v * v;
+    }
+    ss = WarpSum(ss);
+    if (Lane() == 0) partial[Warp()][r] = ss;
+  }
+  __syncthreads();
+  if (static_cast<int>(threadIdx.x) < n) {
+    float ss = 0;
+    for (int k = 0; k < kWarpsPerBlock; ++k) ss += partial[k][threadIdx.x];
+    scale[threadIdx.x] = 1.0f / sqrtf(ss / static_cast<float>(cols) + eps);
+  }
+  __syncthreads();
+  for (int r = 0; r < n; ++r) {
+    float* y = dst + static_cast<int64_t>(r) * cols;
+#pragma unroll 4
+    for (int i = threadIdx.x; i < cols; i += kBlockThreads) {
+      y[i] = y[i] * scale[r] * (w != nullptr ? w[i] : 1.0f);
+    }
   }
 }
 
