@@ -25,7 +25,7 @@ __device__ __forceinline__ void RowDotWith(const uint8_t* row, int n_slices, int
 // every lane of the group holds the total afterwards. `row` may be null for idle groups, which
 // still take part in the shuffles.
 template <int R>
-__device__ __forceinline__ void RowDot(int type, const uint8_t* row, int cols, int lane_g, int G,
+__device__ __noinline__ void RowDot(int type, const uint8_t* row, int cols, int lane_g, int G,
                                        const ActSet& a, unsigned mask, int base, float (&acc)[R]) {
   using quant::GgmlType;
   if (row != nullptr) {
