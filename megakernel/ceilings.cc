@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "megakernel/launch.h"
+
 namespace tandem::megakernel {
 
 cudaError_t MeasureHbmCopyGbps(uint64_t bytes, int reps, double* gbps) {
@@ -32,6 +34,53 @@ cudaError_t MeasureHbmCopyGbps(uint64_t bytes, int reps, double* gbps) {
   if (stop != nullptr) cudaEventDestroy(stop);
   cudaFree(a);
   cudaFree(b);
+  return e;
+}
+
+namespace {
+
+// Milliseconds of `launches` back-to-back probe launches of n_syncs barriers each.
+cudaError_t TimeProbe(int grid, int n_syncs, int launches, cudaEvent_t start, cudaEvent_t stop,
+                      float* ms) {
+  cudaError_t e = cudaEventRecord(start);
+  for (int i = 0; i < launches && e == cudaSuccess; ++i) e = LaunchBarrierProbe(grid, n_syncs, nullptr);
+  if (e == cudaSuccess) e = cudaEventRecord(stop);
+  if (e == cudaSuccess) e = cudaEventSynchronize(stop);
+  if (e == cudaSuccess) e = cudaEventElapsedTime(ms, start, stop);
+  return e;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+cudaError_t MeasurePhaseCostsUs(int reps, double* launch_us, double* barrier_us) {
+  constexpr int kLaunches = 200, kSyncs = 2000;
+  int device = 0, sms = 0;
+  cudaError_t e = cudaGetDevice(&device);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  cudaEvent_t start = nullptr, stop = nullptr;
+  if (e == cudaSuccess) e = cudaEventCreate(&start);
+  if (e == cudaSuccess) e = cudaEventCreate(&stop);
+  std::vector<double> launch, barrier;
+  float ms = 0;
+  if (e == cudaSuccess) e = TimeProbe(sms, kSyncs, 1, start, stop, &ms);  // warm-up, module load
+  for (int i = 0; i < reps && e == cudaSuccess; ++i) {
+    float empty = 0, synced = 0;
+    e = TimeProbe(sms, 0, kLaunches, start, stop, &empty);
+    if (e == cudaSuccess) e = TimeProbe(sms, kSyncs, 1, start, stop, &synced);
+    launch.push_back(1e3 * empty / kLaunches);
+    barrier.push_back((1e3 * synced - 1e3 * empty / kLaunches) / kSyncs);
+  }
+  if (e == cudaSuccess) {
+    *launch_us = Median(launch);
+    *barrier_us = Median(barrier);
+  }
+  if (start != nullptr) cudaEventDestroy(start);
+  if (stop != nullptr) cudaEventDestroy(stop);
   return e;
 }
 

@@ -1,5 +1,6 @@
 // Ceilings of the card measured in the same run as a benchmark: device-to-device copy bandwidth
-// (bytes read plus bytes written per second). Host-only declarations.
+// (bytes read plus bytes written per second) and the fixed costs of a phase (an empty cooperative
+// launch, a grid barrier). Host-only declarations.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -11,5 +12,10 @@ namespace tandem::megakernel {
 // Copies `bytes` between two device buffers `reps` times after a warm-up and returns the median
 // rate in GB/s, counting each copy as 2 * bytes moved.
 cudaError_t MeasureHbmCopyGbps(uint64_t bytes, int reps, double* gbps);
+
+// With one kBlockThreads block per multiprocessor (the layer kernels' grid): `launch_us`, the
+// time per back-to-back cooperative launch of an empty kernel, and `barrier_us`, the time per grid
+// barrier inside one launch (2,000 barriers, minus an empty launch). Medians of `reps`.
+cudaError_t MeasurePhaseCostsUs(int reps, double* launch_us, double* barrier_us);
 
 }  // namespace tandem::megakernel

@@ -44,6 +44,10 @@ cudaError_t LaunchEmbed(const HeadArgs& args, cudaStream_t stream);
 cudaError_t LaunchMatVec(const Matrix& m, const float* x, int n_rows, float* out,
                          cudaStream_t stream);
 
+// A cooperative launch of `grid` blocks of kBlockThreads that runs n_syncs grid barriers and
+// nothing else (megakernel/ceilings.h times it).
+cudaError_t LaunchBarrierProbe(int grid, int n_syncs, cudaStream_t stream);
+
 // Rows variant compiled for n rows: 1 or kMaxRows.
 inline int RowsVariant(int n_rows) { return n_rows <= 1 ? 1 : kMaxRows; }
 

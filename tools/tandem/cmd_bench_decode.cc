@@ -88,6 +88,13 @@ int BenchDecode(const Options& o, const engine::EngineOptions& base) {
     return 1;
   }
   std::printf("HBM device-to-device copy: %.0f GB/s (read + write)\n", hbm);
+  double launch_us = 0, barrier_us = 0;
+  if (cudaError_t e = megakernel::MeasurePhaseCostsUs(9, &launch_us, &barrier_us); e != cudaSuccess) {
+    std::fprintf(stderr, "tandem bench decode: phase costs: %s\n", cudaGetErrorString(e));
+    return 1;
+  }
+  std::printf("empty cooperative launch: %.2f us, grid barrier: %.2f us (one 512-thread block per SM)\n",
+              launch_us, barrier_us);
   nlohmann::json report, runs = nlohmann::json::array(), summary;
   cudaDeviceProp prop;
   cudaGetDeviceProperties(&prop, 0);
@@ -98,6 +105,8 @@ int BenchDecode(const Options& o, const engine::EngineOptions& base) {
   report["device"] = prop.name;
   report["steps"] = o.steps;
   summary["hbm_copy_gbps"] = hbm;
+  report["empty_launch_us"] = launch_us;
+  report["grid_barrier_us"] = barrier_us;
   for (const std::string& model : o.models) {
     engine::EngineOptions eo = base;
     eo.model = model;
