@@ -15,11 +15,15 @@
 #include "megakernel/runner.h"
 #include "nlohmann/json.hpp"
 #include "runtime/engine/engine.h"
+#include "tests/support/logits.h"
 
 namespace tandem::engine {
 namespace {
 
 namespace fs = std::filesystem;
+using testing_support::MaxAbs;
+using testing_support::ReadF32;
+using testing_support::RelMaxDiff;
 
 #define SKIP_WITHOUT_GPU()                                                       \
   if (const std::string why = megakernel::CudaUnavailableReason(); !why.empty()) \
@@ -37,34 +41,11 @@ std::unique_ptr<Engine> Load(const std::string& model, const std::string& backen
   return e.ok() ? std::move(e).value() : nullptr;
 }
 
-double MaxAbs(const std::vector<float>& v) {
-  double m = 0;
-  for (float x : v) m = std::max(m, std::abs(static_cast<double>(x)));
-  return m;
-}
-
-// max |a − b| / max |b|
-double RelMaxDiff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double m = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    m = std::max(m, std::abs(static_cast<double>(a[i]) - b[i]));
-  }
-  return m / MaxAbs(b);
-}
-
 std::vector<int32_t> RandomTokens(int n, int vocab, uint32_t seed) {
   std::mt19937 rng(seed);
   std::vector<int32_t> t(n);
   for (int32_t& v : t) v = static_cast<int32_t>(rng() % vocab);
   return t;
-}
-
-std::vector<float> ReadF32(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::vector<float> v(fs::file_size(path) / sizeof(float));
-  in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
-  return v;
 }
 
 class FixtureTest : public ::testing::TestWithParam<std::string> {};

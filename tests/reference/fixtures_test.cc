@@ -13,11 +13,15 @@
 #include "runtime/model/hf_model.h"
 #include "runtime/model/model.h"
 #include "runtime/reference/forward.h"
+#include "tests/support/logits.h"
 
 namespace tandem::reference {
 namespace {
 
 namespace fs = std::filesystem;
+using testing_support::MaxAbs;
+using testing_support::MaxDiff;
+using testing_support::ReadF32;
 
 struct Fixture {
   std::vector<int32_t> tokens;
@@ -26,13 +30,6 @@ struct Fixture {
   std::vector<float> prefill;  // T x V
   std::vector<float> decode;   // (T - K) x V
 };
-
-std::vector<float> ReadF32(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::vector<float> v(fs::file_size(path) / sizeof(float));
-  in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
-  return v;
-}
 
 Fixture LoadFixture(const fs::path& dir) {
   std::ifstream in(dir / "expected.json");
@@ -64,21 +61,6 @@ void RunModel(const model::Model& model, const Fixture& f, std::vector<float>* p
     ASSERT_TRUE((*fwd)->Forward(std::span(f.tokens).subspan(t, 1), s2, {}, &step).ok());
     decode->insert(decode->end(), step.begin(), step.end());
   }
-}
-
-double MaxAbs(const std::vector<float>& v) {
-  double m = 0;
-  for (float x : v) m = std::max(m, std::abs(static_cast<double>(x)));
-  return m;
-}
-
-double MaxDiff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double m = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    m = std::max(m, std::abs(static_cast<double>(a[i]) - b[i]));
-  }
-  return m;
 }
 
 // KL(p_ref || p) averaged over rows, and the share of rows whose argmax agrees.
