@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "megakernel/launch.h"
+#include "runtime/quant/ggml_type.h"
 
 namespace tandem::megakernel {
 
@@ -81,6 +82,47 @@ cudaError_t MeasurePhaseCostsUs(int reps, double* launch_us, double* barrier_us)
   }
   if (start != nullptr) cudaEventDestroy(start);
   if (stop != nullptr) cudaEventDestroy(stop);
+  return e;
+}
+
+cudaError_t MeasureMatVecGbps(int type, int cols, int64_t bytes, int n_rows, int reps, double* gbps) {
+  constexpr int64_t kBuffer = int64_t{1} << 30, kSlack = 256;
+  const int64_t row_bytes = quant::RowBytes(static_cast<quant::GgmlType>(type), cols);
+  const int rows = static_cast<int>(std::max<int64_t>(1, bytes / row_bytes));
+  const int64_t matrix_bytes = rows * row_bytes;
+  const int64_t windows = std::max<int64_t>(1, kBuffer / matrix_bytes);
+  uint8_t* weights = nullptr;
+  float *x = nullptr, *out = nullptr;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  cudaError_t e = cudaMalloc(&weights, kBuffer + kSlack);
+  if (e == cudaSuccess) e = cudaMemset(weights, 0x11, kBuffer + kSlack);
+  if (e == cudaSuccess) e = cudaMalloc(&x, sizeof(float) * kMaxRows * cols);
+  if (e == cudaSuccess) e = cudaMemset(x, 0, sizeof(float) * kMaxRows * cols);
+  if (e == cudaSuccess) e = cudaMalloc(&out, sizeof(float) * kMaxRows * rows);
+  if (e == cudaSuccess) e = cudaEventCreate(&start);
+  if (e == cudaSuccess) e = cudaEventCreate(&stop);
+  std::vector<double> rates;
+  for (int i = -1; i < reps && e == cudaSuccess; ++i) {  // i = -1: warm-up
+    Matrix m;
+    m.data = weights + ((i + 1) % windows) * matrix_bytes;
+    m.type = type;
+    m.rows = rows;
+    m.cols = cols;
+    m.row_bytes = row_bytes;
+    e = cudaEventRecord(start);
+    if (e == cudaSuccess) e = LaunchMatVec(m, x, n_rows, out, nullptr);
+    if (e == cudaSuccess) e = cudaEventRecord(stop);
+    if (e == cudaSuccess) e = cudaEventSynchronize(stop);
+    float ms = 0;
+    if (e == cudaSuccess) e = cudaEventElapsedTime(&ms, start, stop);
+    if (e == cudaSuccess && i >= 0) rates.push_back(static_cast<double>(matrix_bytes) / (ms * 1e-3) / 1e9);
+  }
+  if (e == cudaSuccess) *gbps = Median(rates);
+  if (start != nullptr) cudaEventDestroy(start);
+  if (stop != nullptr) cudaEventDestroy(stop);
+  cudaFree(weights);
+  cudaFree(x);
+  cudaFree(out);
   return e;
 }
 

@@ -1,6 +1,7 @@
 // Ceilings of the card measured in the same run as a benchmark: device-to-device copy bandwidth
-// (bytes read plus bytes written per second) and the fixed costs of a phase (an empty cooperative
-// launch, a grid barrier). Host-only declarations.
+// (bytes read plus bytes written per second), the fixed costs of a phase (an empty cooperative
+// launch, a grid barrier), and the codec loop's streaming rate on one matrix-vector product.
+// Host-only declarations.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -17,5 +18,12 @@ cudaError_t MeasureHbmCopyGbps(uint64_t bytes, int reps, double* gbps);
 // time per back-to-back cooperative launch of an empty kernel, and `barrier_us`, the time per grid
 // barrier inside one launch (2,000 barriers, minus an empty launch). Medians of `reps`.
 cudaError_t MeasurePhaseCostsUs(int reps, double* launch_us, double* barrier_us);
+
+// The layer kernels' activation quantisation and codec loop (LaunchMatVec) on one `type` matrix
+// of `cols` columns and about `bytes` bytes, for n_rows (1..8) activation rows: weight bytes per
+// second (GB/s), median of `reps` launches. Each launch reads a different window of a 1 GiB
+// buffer, so that no launch finds its weights in L2. The buffer holds a repeated byte pattern
+// (finite scales); the rate does not depend on the values.
+cudaError_t MeasureMatVecGbps(int type, int cols, int64_t bytes, int n_rows, int reps, double* gbps);
 
 }  // namespace tandem::megakernel

@@ -20,6 +20,7 @@
 #include "tools/tandem/commands.h"
 #if defined(TANDEM_WITH_CUDA)
 #include "megakernel/ceilings.h"
+#include "runtime/quant/ggml_type.h"
 #include "megakernel/runner.h"
 #endif
 
@@ -107,6 +108,28 @@ int BenchDecode(const Options& o, const engine::EngineOptions& base) {
   summary["hbm_copy_gbps"] = hbm;
   report["empty_launch_us"] = launch_us;
   report["grid_barrier_us"] = barrier_us;
+  // The codec loop alone on one matrix of 2,048 columns: a large one (streaming rate) and one the
+  // size of a layer's QKV projection (what a phase can reach at that size).
+  nlohmann::json matvec = nlohmann::json::array();
+  for (quant::GgmlType type : {quant::GgmlType::kQ8_0, quant::GgmlType::kQ4_K, quant::GgmlType::kQ3_K,
+                               quant::GgmlType::kQ6_K, quant::GgmlType::kF32}) {
+    for (int64_t bytes : {int64_t{256} << 20, int64_t{11} << 20}) {
+      for (int rows : {1, 4}) {
+        double gbps = 0;
+        if (cudaError_t e = megakernel::MeasureMatVecGbps(static_cast<int>(type), 2048, bytes, rows, 20, &gbps);
+            e != cudaSuccess) {
+          std::fprintf(stderr, "tandem bench decode: matvec: %s\n", cudaGetErrorString(e));
+          return 1;
+        }
+        const char* name = quant::GetTypeInfo(type).name;
+        std::printf("matvec %-6s %4lld MiB x 2048 cols, %d row%s: %7.0f GB/s  %.3f of copy\n", name,
+                    static_cast<long long>(bytes >> 20), rows, rows == 1 ? " " : "s", gbps, gbps / hbm);
+        matvec.push_back({{"type", name}, {"mib", bytes >> 20}, {"rows", rows}, {"gbps", gbps},
+                          {"ratio_to_copy", gbps / hbm}});
+      }
+    }
+  }
+  report["matvec"] = matvec;
   for (const std::string& model : o.models) {
     engine::EngineOptions eo = base;
     eo.model = model;
