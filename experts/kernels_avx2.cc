@@ -14,6 +14,8 @@ struct Avx2Policy {
   using IVec = __m256i;
   using FVec = __m256;
   static constexpr int kChunkBytes = 32, kChunks = 8, kFloats = 8;
+  template <quant::GgmlType T>
+  static constexpr bool kMultiRowKernel = false;
 
   static IVec ZeroI() { return _mm256_setzero_si256(); }
   static FVec ZeroF() { return _mm256_setzero_ps(); }

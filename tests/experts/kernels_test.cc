@@ -8,8 +8,10 @@
 
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
+#include "runtime/quant/blocks.h"
 #include "tests/experts/test_util.h"
 
 namespace tandem::experts {
@@ -49,9 +51,10 @@ TEST_P(KernelTest, MatchesFp32ReferenceForManyRowCountsAndOddShapes) {
   ASSERT_NE(dot, nullptr);
   const int block = quant::GetTypeInfo(type).block_elems;
   const std::vector<int> many = {1, 2, 3, 4, 5, 6, 7, 8, 9, 33, 200, 512};
-  // {5, 40}: several weight-row tiles; {90, 3}: K rows longer than one tile (k split, summed).
-  const Shape shapes[] = {
-      {1, 1, many}, {3, 7, many}, {5, 13, many}, {5, 40, {9, 33}}, {90, 3, {1, 9, 33}}};
+  // {5, 40}: several weight-row tiles; {90, 3}: K rows longer than one tile (k split, summed);
+  // {20, 5}: 2..8 rows over more blocks than one activation span of kernel_vnni_rows.h (16).
+  const Shape shapes[] = {{1, 1, many},      {3, 7, many},        {5, 13, many},
+                          {5, 40, {9, 33}}, {90, 3, {1, 9, 33}}, {20, 5, {2, 5, 8}}};
   for (const Shape& shape : shapes) {
     // F16/BF16 have no blocks: k gets an odd tail past the vector loops.
     const int64_t k = block == 1 ? shape.k_blocks * 256 + 7 : int64_t{shape.k_blocks} * block;
@@ -104,6 +107,47 @@ INSTANTIATE_TEST_SUITE_P(All, KernelTest,
                          testing::Combine(testing::ValuesIn(kFormats),
                                           testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512)),
                          Name);
+
+// The AVX-512 multi-row kernels (kernel_vnni_rows.h) hold each lane's integer sum as int16 before
+// applying the sub-block scale; that is exact only while |sum| < 32768. Largest weights (every
+// quant and scale at its maximum) against activations of one sign (every Q8_K value ±127) put the
+// sums at their bound (Q4_K 15240, Q3_K 14224): the SIMD paths must still match the scalar one.
+TEST(KernelTest, LargestWeightsAndActivationsMatchScalar) {
+  constexpr int64_t kBlocks = 3, k = kBlocks * quant::kQK_K;
+  constexpr int kRows = 4;
+  std::vector<uint8_t> q4(kRows * kBlocks * sizeof(quant::BlockQ4K), 0xFF);
+  std::vector<uint8_t> q3(kRows * kBlocks * sizeof(quant::BlockQ3K), 0xFF);
+  for (int64_t i = 0; i < kRows * kBlocks; ++i) {
+    auto* b4 = reinterpret_cast<quant::BlockQ4K*>(q4.data()) + i;
+    b4->d = 0x3C00;     // 1.0
+    b4->dmin = 0x3800;  // 0.5
+    reinterpret_cast<quant::BlockQ3K*>(q3.data())[i].d = 0x3C00;
+  }
+  for (const auto& [type, w] : {std::pair{GgmlType::kQ4_K, &q4}, std::pair{GgmlType::kQ3_K, &q3}}) {
+    const int64_t act_bytes = ActivationRowBytes(type, k);
+    for (int n_act = 1; n_act <= kMaxKernelRows; ++n_act) {
+      std::vector<float> x(static_cast<size_t>(n_act * k));
+      for (int64_t i = 0; i < n_act * k; ++i) x[i] = (i / k) % 2 ? -1.0f : 1.0f;
+      std::vector<uint8_t> xq(static_cast<size_t>(n_act * act_bytes));
+      std::vector<const uint8_t*> act(n_act);
+      for (int a = 0; a < n_act; ++a) {
+        QuantizeActivations(type, &x[a * k], k, &xq[a * act_bytes]);
+        act[a] = &xq[a * act_bytes];
+      }
+      std::vector<float> want(static_cast<size_t>(n_act * kRows));
+      GetDotKernel(Isa::kScalar, type)(w->data(), quant::RowBytes(type, k), kRows, k, act.data(),
+                                        n_act, want.data(), kRows);
+      for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
+        if (!CpuSupports(isa)) continue;
+        std::vector<float> got(want.size(), std::nanf(""));
+        GetDotKernel(isa, type)(w->data(), quant::RowBytes(type, k), kRows, k, act.data(), n_act,
+                                got.data(), kRows);
+        EXPECT_LT(NormalisedError(got.data(), want.data(), got.size()), kScalarBound)
+            << quant::GetTypeInfo(type).name << " " << IsaName(isa) << " act " << n_act;
+      }
+    }
+  }
+}
 
 TEST(KernelTest, UnsupportedFormatsHaveNoKernel) {
   for (GgmlType type : {GgmlType::kF32, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1}) {

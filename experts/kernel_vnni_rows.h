@@ -1,0 +1,198 @@
+// Internal to experts/kernels_avx512.cc: the 2..kMaxKernelRows-row (speculative verify) kernels
+// for Q4_K and Q3_K on AVX-512 VNNI. The generic loop (kernel_simd.h) pays maddubs + vpdpwssd per
+// 64 weight bytes per activation row, because each chunk mixes sub-blocks with different scales.
+// Here each weight block is decoded once into a lane order in which every int32 lane belongs to
+// one sub-block in every chunk, so each row pays one vpdpbusd per chunk and one vpdpwssd (Q3_K) or
+// two (Q4_K) per block to apply the scales. The activation rows are copied once per call into the
+// same element order (a stack buffer of kVnniSpanBlocks blocks per row). Integer sums are exact,
+// so results equal the generic path's up to float summation order. Must not be used for one row:
+// the copy and the shuffles cost more than they save there.
+#pragma once
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstring>
+
+#include "experts/kernel_decode_avx2.h"
+#include "experts/kernels.h"
+
+namespace tandem::experts {
+namespace {
+
+// Blocks of one activation row copied per span: 8 rows × 16 blocks × 256 bytes = 32 KiB of stack.
+inline constexpr int64_t kVnniSpanBlocks = 16;
+
+// Q4_K. Raw qs qword q (bytes 8q..8q+7) holds elements 8·(q%4)+0..7 of sub-blocks 2·(q/4) (low
+// nibbles) and 2·(q/4)+1 (high nibbles). T0 = qwords {0,1,8,9,4,5,12,13}, T1 = {2,3,10,11,6,7,
+// 14,15}: low(T0), low(T1) have qword lane i in even sub-block kQ4Sub[i] and high(T0), high(T1)
+// in kQ4Sub[i] + 1, so one "even" and one "odd" accumulator per row each see a fixed sub-block
+// per lane. Chunk c of the copied activation block is the elements chunk c of the weights holds:
+// chunks 0..3 = low(T0), high(T0), low(T1), high(T1).
+inline constexpr std::array<int, 8> kQ4T0 = {0, 1, 8, 9, 4, 5, 12, 13};
+inline constexpr std::array<int, 8> kQ4T1 = {2, 3, 10, 11, 6, 7, 14, 15};
+inline constexpr std::array<int, 8> kQ4Sub = {0, 0, 4, 4, 2, 2, 6, 6};
+
+// Source qword (8 elements) of activation qword 8c + i, for the Q4_K order above.
+constexpr std::array<uint8_t, 32> Q4ActivationOrder() {
+  std::array<uint8_t, 32> order{};
+  for (int c = 0; c < 4; ++c) {
+    for (int i = 0; i < 8; ++i) {
+      const int q = (c & 2) ? kQ4T1[i] : kQ4T0[i];
+      order[8 * c + i] = static_cast<uint8_t>(8 * (q / 4) + q % 4 + 4 * (c & 1));
+    }
+  }
+  return order;
+}
+
+// Q3_K: chunk X (0..3), int32 lane L holds elements 16L + 4X .. +3 (sub-block L). Activation
+// dword 16X + L = source dword 4L + X.
+constexpr std::array<uint8_t, 64> Q3ActivationOrder() {
+  std::array<uint8_t, 64> order{};
+  for (int x = 0; x < 4; ++x) {
+    for (int l = 0; l < 16; ++l) order[16 * x + l] = static_cast<uint8_t>(4 * l + x);
+  }
+  return order;
+}
+
+template <quant::GgmlType T>
+static inline void CopyActivationBlock(const int8_t* src, int8_t* dst) {
+  if constexpr (T == quant::GgmlType::kQ4_K) {
+    static constexpr auto kOrder = Q4ActivationOrder();
+    for (int i = 0; i < 32; ++i) std::memcpy(dst + 8 * i, src + 8 * kOrder[i], 8);
+  } else {
+    static constexpr auto kOrder = Q3ActivationOrder();
+    for (int i = 0; i < 64; ++i) std::memcpy(dst + 4 * i, src + 4 * kOrder[i], 4);
+  }
+}
+
+// One weight block against N rows: adds into acc (d·dy-scaled) and acc_min (Q4_K's dmin term).
+// yq[a]: row a's copied qs of this block; y[a]: its Q8_K block (d, bsums).
+template <quant::GgmlType T, int N>
+static inline void VnniBlockRows(const typename Format<T>::Block& b, const int8_t* const* yq,
+                                 const quant::BlockQ8K* const* y, __m512* acc, __m256* acc_min) {
+  __m512i total[N];
+  KScales s;
+  if constexpr (T == quant::GgmlType::kQ4_K) {
+    const __m512i r0 = _mm512_loadu_si512(b.qs), r1 = _mm512_loadu_si512(b.qs + 64);
+    const __m512i t0 = _mm512_permutex2var_epi64(
+        r0, _mm512_setr_epi64(kQ4T0[0], kQ4T0[1], kQ4T0[2], kQ4T0[3], kQ4T0[4], kQ4T0[5],
+                              kQ4T0[6], kQ4T0[7]),
+        r1);
+    const __m512i t1 = _mm512_permutex2var_epi64(
+        r0, _mm512_setr_epi64(kQ4T1[0], kQ4T1[1], kQ4T1[2], kQ4T1[3], kQ4T1[4], kQ4T1[5],
+                              kQ4T1[6], kQ4T1[7]),
+        r1);
+    const __m512i nib = _mm512_set1_epi8(0x0F);
+    const __m512i w[4] = {_mm512_and_si512(t0, nib), _mm512_and_si512(_mm512_srli_epi16(t0, 4), nib),
+                          _mm512_and_si512(t1, nib), _mm512_and_si512(_mm512_srli_epi16(t1, 4), nib)};
+    // (sc, 0) int16 pairs: vpdpwssd multiplies the low half (the lane's sum, |sum| ≤ 2·4·15·128 =
+    // 15360, so it is exact as int16) by sc and the high half (its sign) by 0.
+    const __m128i scmin = ScaleMinBytesK4(b.scales);
+    const __m512i sc32 = _mm512_cvtepu8_epi32(scmin);  // lanes 0..7: sc, 8..15: m
+    const __m512i sc_even = _mm512_permutexvar_epi32(
+        _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 2, 2, 2, 2, 6, 6, 6, 6), sc32);
+    const __m512i sc_odd = _mm512_permutexvar_epi32(
+        _mm512_setr_epi32(1, 1, 1, 1, 5, 5, 5, 5, 3, 3, 3, 3, 7, 7, 7, 7), sc32);
+    for (int a = 0; a < N; ++a) {
+      const __m512i zero = _mm512_setzero_si512();
+      __m512i even = _mm512_dpbusd_epi32(zero, w[0], _mm512_load_si512(yq[a]));
+      __m512i odd = _mm512_dpbusd_epi32(zero, w[1], _mm512_load_si512(yq[a] + 64));
+      even = _mm512_dpbusd_epi32(even, w[2], _mm512_load_si512(yq[a] + 128));
+      odd = _mm512_dpbusd_epi32(odd, w[3], _mm512_load_si512(yq[a] + 192));
+      total[a] = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(zero, even, sc_even), odd, sc_odd);
+    }
+    s = {_mm256_setzero_si256(), _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(scmin, scmin)),
+         F16(b.d), F16(b.dmin)};
+  } else {
+    s = KSource<quant::GgmlType::kQ3_K>{b}.Scales();
+    const __m512i q = _mm512_loadu_si512(b.qs);
+    const __m512i h = _mm512_castsi256_si512(LoadU(b.hmask));
+    // Lane L: qs dword 8(L>>3) + 4(L&1) + X at bit pair (L>>1)&3; hmask dword 4(L&1) + X, bit L>>1.
+    const __m512i q_idx =
+        _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 8, 12, 8, 12, 8, 12, 8, 12);
+    const __m512i h_idx = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
+    const __m512i shift = _mm512_setr_epi32(0, 0, 2, 2, 4, 4, 6, 6, 0, 0, 2, 2, 4, 4, 6, 6);
+    const __m512i bit = _mm512_setr_epi32(0x01010101, 0x01010101, 0x02020202, 0x02020202,
+                                          0x04040404, 0x04040404, 0x08080808, 0x08080808,
+                                          0x10101010, 0x10101010, 0x20202020, 0x20202020,
+                                          0x40404040, 0x40404040, static_cast<int>(0x80808080),
+                                          static_cast<int>(0x80808080));
+    const __m512i three = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
+    __m512i w[4];
+    for (int x = 0; x < 4; ++x) {
+      const __m512i dx = _mm512_set1_epi32(x);
+      const __m512i low2 = _mm512_and_si512(
+          _mm512_srlv_epi32(_mm512_permutexvar_epi32(_mm512_add_epi32(q_idx, dx), q), shift),
+          three);
+      const __mmask64 high =
+          _mm512_test_epi8_mask(_mm512_permutexvar_epi32(_mm512_add_epi32(h_idx, dx), h), bit);
+      w[x] = _mm512_mask_add_epi8(low2, high, low2, four);  // q + 4
+    }
+    // (sc, 0) int16 pairs; each lane's sum is at most 4·4·7·128 = 14336, exact as int16.
+    const __m512i sc = _mm512_cvtepu16_epi32(s.sc16);
+    for (int a = 0; a < N; ++a) {
+      __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], _mm512_load_si512(yq[a]));
+      for (int x = 1; x < 4; ++x) {
+        sum = _mm512_dpbusd_epi32(sum, w[x], _mm512_load_si512(yq[a] + 64 * x));
+      }
+      total[a] = _mm512_dpwssd_epi32(_mm512_setzero_si512(), sum, sc);
+    }
+  }
+  for (int a = 0; a < N; ++a) {
+    const __m256i icorr = _mm256_madd_epi16(LoadU(y[a]->bsums), s.corr16);
+    if constexpr (T == quant::GgmlType::kQ4_K) {
+      acc_min[a] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(icorr), _mm256_set1_ps(s.dmin * y[a]->d),
+                                   acc_min[a]);
+    } else {
+      total[a] = _mm512_sub_epi32(total[a], _mm512_zextsi256_si512(icorr));
+    }
+    acc[a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total[a]), _mm512_set1_ps(s.d * y[a]->d), acc[a]);
+  }
+}
+
+template <quant::GgmlType T, int N>
+struct VnniKRows {
+  static void Run(const uint8_t* w, int64_t w_stride, int n_wrows, int64_t k,
+                  const uint8_t* const* act, float* out, int64_t out_stride) {
+    using B = typename Format<T>::Block;
+    alignas(64) int8_t copied[N][kVnniSpanBlocks][quant::kQK_K];
+    const int64_t nb = k / quant::kQK_K;
+    for (int64_t b0 = 0; b0 < nb; b0 += kVnniSpanBlocks) {
+      const int64_t span = std::min(kVnniSpanBlocks, nb - b0);
+      for (int a = 0; a < N; ++a) {
+        const auto* y = reinterpret_cast<const quant::BlockQ8K*>(act[a]) + b0;
+        for (int64_t j = 0; j < span; ++j) CopyActivationBlock<T>(y[j].qs, copied[a][j]);
+      }
+      for (int r = 0; r < n_wrows; ++r) {
+        const B* wb = reinterpret_cast<const B*>(w + r * w_stride) + b0;
+        __m512 acc[N];
+        __m256 acc_min[N];
+        for (int a = 0; a < N; ++a) {
+          acc[a] = _mm512_setzero_ps();
+          acc_min[a] = _mm256_setzero_ps();
+        }
+        for (int64_t j = 0; j < span; ++j) {
+          const int8_t* yq[N];
+          const quant::BlockQ8K* y[N];
+          for (int a = 0; a < N; ++a) {
+            yq[a] = copied[a][j];
+            y[a] = reinterpret_cast<const quant::BlockQ8K*>(act[a]) + b0 + j;
+          }
+          VnniBlockRows<T, N>(wb[j], yq, y, acc, acc_min);
+        }
+        for (int a = 0; a < N; ++a) {
+          float sum = _mm512_reduce_add_ps(acc[a]);
+          if constexpr (T == quant::GgmlType::kQ4_K) sum -= HorizontalSum(acc_min[a]);
+          float& o = out[a * out_stride + r];
+          o = b0 > 0 ? o + sum : sum;
+        }
+      }
+    }
+  }
+};
+
+}  // namespace
+}  // namespace tandem::experts
