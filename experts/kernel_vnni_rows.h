@@ -77,17 +77,20 @@ static inline void VnniBlockRows(const typename Format<T>::Block& b, const int8_
   KScales s;
   if constexpr (T == quant::GgmlType::kQ4_K) {
     const __m512i r0 = _mm512_loadu_si512(b.qs), r1 = _mm512_loadu_si512(b.qs + 64);
-    const __m512i t0 = _mm512_permutex2var_epi64(
-        r0, _mm512_setr_epi64(kQ4T0[0], kQ4T0[1], kQ4T0[2], kQ4T0[3], kQ4T0[4], kQ4T0[5],
-                              kQ4T0[6], kQ4T0[7]),
-        r1);
-    const __m512i t1 = _mm512_permutex2var_epi64(
-        r0, _mm512_setr_epi64(kQ4T1[0], kQ4T1[1], kQ4T1[2], kQ4T1[3], kQ4T1[4], kQ4T1[5],
-                              kQ4T1[6], kQ4T1[7]),
-        r1);
+    const __m512i t0 =
+        _mm512_permutex2var_epi64(r0,
+                                  _mm512_setr_epi64(kQ4T0[0], kQ4T0[1], kQ4T0[2], kQ4T0[3],
+                                                    kQ4T0[4], kQ4T0[5], kQ4T0[6], kQ4T0[7]),
+                                  r1);
+    const __m512i t1 =
+        _mm512_permutex2var_epi64(r0,
+                                  _mm512_setr_epi64(kQ4T1[0], kQ4T1[1], kQ4T1[2], kQ4T1[3],
+                                                    kQ4T1[4], kQ4T1[5], kQ4T1[6], kQ4T1[7]),
+                                  r1);
     const __m512i nib = _mm512_set1_epi8(0x0F);
-    const __m512i w[4] = {_mm512_and_si512(t0, nib), _mm512_and_si512(_mm512_srli_epi16(t0, 4), nib),
-                          _mm512_and_si512(t1, nib), _mm512_and_si512(_mm512_srli_epi16(t1, 4), nib)};
+    const __m512i w[4] = {
+        _mm512_and_si512(t0, nib), _mm512_and_si512(_mm512_srli_epi16(t0, 4), nib),
+        _mm512_and_si512(t1, nib), _mm512_and_si512(_mm512_srli_epi16(t1, 4), nib)};
     // (sc, 0) int16 pairs: vpdpwssd multiplies the low half (the lane's sum, |sum| ≤ 2·4·15·128 =
     // 15360, so it is exact as int16) by sc and the high half (its sign) by 0.
     const __m128i scmin = ScaleMinBytesK4(b.scales);
@@ -104,22 +107,20 @@ static inline void VnniBlockRows(const typename Format<T>::Block& b, const int8_
       odd = _mm512_dpbusd_epi32(odd, w[3], _mm512_load_si512(yq[a] + 192));
       total[a] = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(zero, even, sc_even), odd, sc_odd);
     }
-    s = {_mm256_setzero_si256(), _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(scmin, scmin)),
-         F16(b.d), F16(b.dmin)};
+    s = {_mm256_setzero_si256(), _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(scmin, scmin)), F16(b.d),
+         F16(b.dmin)};
   } else {
     s = KSource<quant::GgmlType::kQ3_K>{b}.Scales();
     const __m512i q = _mm512_loadu_si512(b.qs);
     const __m512i h = _mm512_castsi256_si512(LoadU(b.hmask));
     // Lane L: qs dword 8(L>>3) + 4(L&1) + X at bit pair (L>>1)&3; hmask dword 4(L&1) + X, bit L>>1.
-    const __m512i q_idx =
-        _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 8, 12, 8, 12, 8, 12, 8, 12);
+    const __m512i q_idx = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 8, 12, 8, 12, 8, 12, 8, 12);
     const __m512i h_idx = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
     const __m512i shift = _mm512_setr_epi32(0, 0, 2, 2, 4, 4, 6, 6, 0, 0, 2, 2, 4, 4, 6, 6);
-    const __m512i bit = _mm512_setr_epi32(0x01010101, 0x01010101, 0x02020202, 0x02020202,
-                                          0x04040404, 0x04040404, 0x08080808, 0x08080808,
-                                          0x10101010, 0x10101010, 0x20202020, 0x20202020,
-                                          0x40404040, 0x40404040, static_cast<int>(0x80808080),
-                                          static_cast<int>(0x80808080));
+    const __m512i bit = _mm512_setr_epi32(
+        0x01010101, 0x01010101, 0x02020202, 0x02020202, 0x04040404, 0x04040404, 0x08080808,
+        0x08080808, 0x10101010, 0x10101010, 0x20202020, 0x20202020, 0x40404040, 0x40404040,
+        static_cast<int>(0x80808080), static_cast<int>(0x80808080));
     const __m512i three = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
     __m512i w[4];
     for (int x = 0; x < 4; ++x) {
@@ -144,8 +145,8 @@ static inline void VnniBlockRows(const typename Format<T>::Block& b, const int8_
   for (int a = 0; a < N; ++a) {
     const __m256i icorr = _mm256_madd_epi16(LoadU(y[a]->bsums), s.corr16);
     if constexpr (T == quant::GgmlType::kQ4_K) {
-      acc_min[a] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(icorr), _mm256_set1_ps(s.dmin * y[a]->d),
-                                   acc_min[a]);
+      acc_min[a] =
+          _mm256_fmadd_ps(_mm256_cvtepi32_ps(icorr), _mm256_set1_ps(s.dmin * y[a]->d), acc_min[a]);
     } else {
       total[a] = _mm512_sub_epi32(total[a], _mm512_zextsi256_si512(icorr));
     }

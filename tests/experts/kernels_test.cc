@@ -53,7 +53,7 @@ TEST_P(KernelTest, MatchesFp32ReferenceForManyRowCountsAndOddShapes) {
   const std::vector<int> many = {1, 2, 3, 4, 5, 6, 7, 8, 9, 33, 200, 512};
   // {5, 40}: several weight-row tiles; {90, 3}: K rows longer than one tile (k split, summed);
   // {20, 5}: 2..8 rows over more blocks than one activation span of kernel_vnni_rows.h (16).
-  const Shape shapes[] = {{1, 1, many},      {3, 7, many},        {5, 13, many},
+  const Shape shapes[] = {{1, 1, many},     {3, 7, many},        {5, 13, many},
                           {5, 40, {9, 33}}, {90, 3, {1, 9, 33}}, {20, 5, {2, 5, 8}}};
   for (const Shape& shape : shapes) {
     // F16/BF16 have no blocks: k gets an odd tail past the vector loops.
@@ -136,7 +136,7 @@ TEST(KernelTest, LargestWeightsAndActivationsMatchScalar) {
       }
       std::vector<float> want(static_cast<size_t>(n_act * kRows));
       GetDotKernel(Isa::kScalar, type)(w->data(), quant::RowBytes(type, k), kRows, k, act.data(),
-                                        n_act, want.data(), kRows);
+                                       n_act, want.data(), kRows);
       for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
         if (!CpuSupports(isa)) continue;
         std::vector<float> got(want.size(), std::nanf(""));
