@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# A/B of CUDA-backend builds in one device call. Each variant is a folder holding `tandem` and,
+# optionally, `megakernel_test`, built on the CPU VM (sm_90) and carried with the tree:
+#   run(carry=[".deps", "build-cuda/variants"],
+#       command='eval "$(bash .deps/unpack-debs.sh)" && bash tools/device/compare.sh build-cuda/variants/main build-cuda/variants/next')
+# For every variant in order: the GPU suite (when present), then `tandem bench decode` at
+# context 512 on both benchmark shapes. Logs and JSON go to $OUT as <variant>_*. Set MODELS,
+# CONTEXTS or STEPS to change the bench; REPEAT=2 runs the whole list twice (noise check). Only
+# 8 files come back from a call, so the printed lines are the record; the JSON of the first
+# variants comes back too.
+set -uo pipefail
+out=${OUT:-out}
+mkdir -p "$out"
+models=${MODELS:-"synth:qwen3-30b-a3b synth:flash-next-125b"}
+t0=$(date +%s)
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader > "$out/machine.txt" 2>&1
+for pass in $(seq "${REPEAT:-1}"); do
+  for dir in "$@"; do
+    v=$(basename "$dir")
+    if [[ $pass == 1 && -x $dir/megakernel_test ]]; then
+      "$dir/megakernel_test" > "$out/${v}_test.log" 2>&1
+      echo "$v test rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$out/${v}_test.log" | tr '\n' ' ')"
+    fi
+    margs=()
+    for m in $models; do margs+=(-m "$m"); done
+    "$dir/tandem" bench decode --backend cuda "${margs[@]}" --contexts "${CONTEXTS:-512}" \
+      --steps "${STEPS:-32}" --json "$out/${v}_decode_$pass.json" > "$out/${v}_bench_$pass.log" 2>&1
+    echo "$v bench rc=$? t=$(( $(date +%s) - t0 )) s"
+    grep -E "tok/s|^matvec (q8_0|q4_k|f32) +256" "$out/${v}_bench_$pass.log" | sed "s/^/  /"
+  done
+done
