@@ -3,10 +3,12 @@
 // 64 weight bytes per activation row, because each chunk mixes sub-blocks with different scales.
 // Here each weight block is decoded once into a lane order in which every int32 lane belongs to
 // one sub-block in every chunk, so each row pays one vpdpbusd per chunk and one vpdpwssd (Q3_K) or
-// two (Q4_K) per block to apply the scales. The activation rows are copied once per call into the
-// same element order (a stack buffer of kVnniSpanBlocks blocks per row). Integer sums are exact,
-// so results equal the generic path's up to float summation order. Must not be used for one row:
-// the copy and the shuffles cost more than they save there.
+// two (Q4_K) per block to apply the scales. What depends only on the activations is prepared once
+// per call (a stack buffer of kVnniSpanBlocks blocks per row): the rows' qs in that element order,
+// Q3_K's offset correction as the lanes' starting value, Q4_K's bsums as floats scaled by the
+// row's d (two rows per register, so one FMA applies a block's mins to two rows) and the rows' d.
+// Integer sums are exact, so results equal the generic path's up to float rounding. Must not be
+// used for one row: the copy and the shuffles cost more than they save there.
 #pragma once
 
 #include <immintrin.h>
@@ -68,13 +70,52 @@ static inline void CopyActivationBlock(const int8_t* src, int8_t* dst) {
   }
 }
 
-// One weight block against N rows: adds into acc (d·dy-scaled) and acc_min (Q4_K's dmin term).
-// yq[a]: row a's copied qs of this block; y[a]: its Q8_K block (d, bsums).
+// What a call prepares once per span from the N activation rows, so that per weight block each
+// row pays only its vpdpbusd chain, its scale vpdpwssd and one FMA.
 template <quant::GgmlType T, int N>
-static inline void VnniBlockRows(const typename Format<T>::Block& b, const int8_t* const* yq,
-                                 const quant::BlockQ8K* const* y, __m512* acc, __m256* acc_min) {
+struct PreparedSpan {
+  static constexpr bool kQ4 = T == quant::GgmlType::kQ4_K;
+  static constexpr int kPairs = (N + 1) / 2;
+  alignas(64) int8_t qs[N][kVnniSpanBlocks][quant::kQK_K];  // in the weights' lane order
+  // Q3_K: -4·bsums of sub-block L in lane L, the start of the row's dpbusd chain (it removes the
+  // q + 4 offset there: Σ q·y of a lane is at most 16·4·128 = 8192, still exact as int16).
+  alignas(64) int32_t q3_start[kQ4 ? 1 : N][kVnniSpanBlocks][16];
+  // Q4_K: y.d · Σ of the two bsums of sub-block s, row 2p in lanes 0..7 and 2p+1 in 8..15.
+  alignas(64) float q4_bsums[kQ4 ? kPairs : 1][kVnniSpanBlocks][16];
+  alignas(32) float d[kVnniSpanBlocks][8];  // y.d of rows 0..N-1, zero past N
+
+  void Prepare(const uint8_t* const* act, int64_t b0, int64_t span) {
+    for (int64_t j = 0; j < span; ++j) {
+      for (int a = 0; a < 8; ++a) d[j][a] = 0.0f;
+      if constexpr (kQ4) {
+        for (int p = 0; p < kPairs; ++p) _mm512_store_ps(q4_bsums[p][j], _mm512_setzero_ps());
+      }
+    }
+    for (int a = 0; a < N; ++a) {
+      const auto* y = reinterpret_cast<const quant::BlockQ8K*>(act[a]) + b0;
+      for (int64_t j = 0; j < span; ++j) {
+        CopyActivationBlock<T>(y[j].qs, qs[a][j]);
+        d[j][a] = y[j].d;
+        if constexpr (kQ4) {
+          const __m256i pair_sums = _mm256_madd_epi16(LoadU(y[j].bsums), _mm256_set1_epi16(1));
+          _mm256_storeu_ps(q4_bsums[a / 2][j] + 8 * (a % 2),
+                           _mm256_mul_ps(_mm256_cvtepi32_ps(pair_sums), _mm256_set1_ps(y[j].d)));
+        } else {
+          const __m512i b = _mm512_cvtepi16_epi32(LoadU(y[j].bsums));
+          _mm512_store_si512(q3_start[a][j],
+                             _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(b, 2)));
+        }
+      }
+    }
+  }
+};
+
+// Weight block j of the span against N rows: adds d·dy·(scaled integer sum) into acc[a] and, for
+// Q4_K, dmin·m_s·dy·bsums_s into acc_min[a / 2] (row a in lanes 8·(a % 2)..+7).
+template <quant::GgmlType T, int N>
+static inline void VnniBlockRows(const typename Format<T>::Block& b, const PreparedSpan<T, N>& p,
+                                 int64_t j, __m512* acc, __m512* acc_min) {
   __m512i total[N];
-  KScales s;
   if constexpr (T == quant::GgmlType::kQ4_K) {
     const __m512i r0 = _mm512_loadu_si512(b.qs), r1 = _mm512_loadu_si512(b.qs + 64);
     const __m512i t0 =
@@ -100,17 +141,22 @@ static inline void VnniBlockRows(const typename Format<T>::Block& b, const int8_
     const __m512i sc_odd = _mm512_permutexvar_epi32(
         _mm512_setr_epi32(1, 1, 1, 1, 5, 5, 5, 5, 3, 3, 3, 3, 7, 7, 7, 7), sc32);
     for (int a = 0; a < N; ++a) {
+      const int8_t* yq = p.qs[a][j];
       const __m512i zero = _mm512_setzero_si512();
-      __m512i even = _mm512_dpbusd_epi32(zero, w[0], _mm512_load_si512(yq[a]));
-      __m512i odd = _mm512_dpbusd_epi32(zero, w[1], _mm512_load_si512(yq[a] + 64));
-      even = _mm512_dpbusd_epi32(even, w[2], _mm512_load_si512(yq[a] + 128));
-      odd = _mm512_dpbusd_epi32(odd, w[3], _mm512_load_si512(yq[a] + 192));
+      __m512i even = _mm512_dpbusd_epi32(zero, w[0], _mm512_load_si512(yq));
+      __m512i odd = _mm512_dpbusd_epi32(zero, w[1], _mm512_load_si512(yq + 64));
+      even = _mm512_dpbusd_epi32(even, w[2], _mm512_load_si512(yq + 128));
+      odd = _mm512_dpbusd_epi32(odd, w[3], _mm512_load_si512(yq + 192));
       total[a] = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(zero, even, sc_even), odd, sc_odd);
     }
-    s = {_mm256_setzero_si256(), _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(scmin, scmin)), F16(b.d),
-         F16(b.dmin)};
+    // dmin·m as floats, [m0..m7, m0..m7]: one FMA per pair of rows against the prepared bsums.
+    const __m512 m = _mm512_mul_ps(
+        _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpackhi_epi64(scmin, scmin))),
+        _mm512_set1_ps(F16(b.dmin)));
+    for (int q = 0; q < PreparedSpan<T, N>::kPairs; ++q) {
+      acc_min[q] = _mm512_fmadd_ps(m, _mm512_load_ps(p.q4_bsums[q][j]), acc_min[q]);
+    }
   } else {
-    s = KSource<quant::GgmlType::kQ3_K>{b}.Scales();
     const __m512i q = _mm512_loadu_si512(b.qs);
     const __m512i h = _mm512_castsi256_si512(LoadU(b.hmask));
     // Lane L: qs dword 8(L>>3) + 4(L&1) + X at bit pair (L>>1)&3; hmask dword 4(L&1) + X, bit L>>1.
@@ -132,25 +178,21 @@ static inline void VnniBlockRows(const typename Format<T>::Block& b, const int8_
           _mm512_test_epi8_mask(_mm512_permutexvar_epi32(_mm512_add_epi32(h_idx, dx), h), bit);
       w[x] = _mm512_mask_add_epi8(low2, high, low2, four);  // q + 4
     }
-    // (sc, 0) int16 pairs; each lane's sum is at most 4·4·7·128 = 14336, exact as int16.
-    const __m512i sc = _mm512_cvtepu16_epi32(s.sc16);
+    // (sc, 0) int16 pairs, as for Q4_K; the chain starts at -4·bsums, so the lane holds Σ q·y.
+    const __m512i sc = _mm512_cvtepu16_epi32(KSource<quant::GgmlType::kQ3_K>{b}.Scales().sc16);
     for (int a = 0; a < N; ++a) {
-      __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], _mm512_load_si512(yq[a]));
-      for (int x = 1; x < 4; ++x) {
-        sum = _mm512_dpbusd_epi32(sum, w[x], _mm512_load_si512(yq[a] + 64 * x));
-      }
+      const int8_t* yq = p.qs[a][j];
+      __m512i sum = _mm512_load_si512(p.q3_start[a][j]);
+      for (int x = 0; x < 4; ++x) sum = _mm512_dpbusd_epi32(sum, w[x], _mm512_load_si512(yq + 64 * x));
       total[a] = _mm512_dpwssd_epi32(_mm512_setzero_si512(), sum, sc);
     }
   }
+  // d·dy of every row in one multiply; each row's FMA then broadcasts its factor from memory
+  // instead of a scalar multiply and a register broadcast of its own.
+  alignas(32) float ddy[8];
+  _mm256_store_ps(ddy, _mm256_mul_ps(_mm256_set1_ps(F16(b.d)), _mm256_load_ps(p.d[j])));
   for (int a = 0; a < N; ++a) {
-    const __m256i icorr = _mm256_madd_epi16(LoadU(y[a]->bsums), s.corr16);
-    if constexpr (T == quant::GgmlType::kQ4_K) {
-      acc_min[a] =
-          _mm256_fmadd_ps(_mm256_cvtepi32_ps(icorr), _mm256_set1_ps(s.dmin * y[a]->d), acc_min[a]);
-    } else {
-      total[a] = _mm512_sub_epi32(total[a], _mm512_zextsi256_si512(icorr));
-    }
-    acc[a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total[a]), _mm512_set1_ps(s.d * y[a]->d), acc[a]);
+    acc[a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total[a]), _mm512_set1_ps(ddy[a]), acc[a]);
   }
 }
 
@@ -159,34 +201,25 @@ struct VnniKRows {
   static void Run(const uint8_t* w, int64_t w_stride, int n_wrows, int64_t k,
                   const uint8_t* const* act, float* out, int64_t out_stride) {
     using B = typename Format<T>::Block;
-    alignas(64) int8_t copied[N][kVnniSpanBlocks][quant::kQK_K];
+    using Span = PreparedSpan<T, N>;
+    Span prepared;
     const int64_t nb = k / quant::kQK_K;
     for (int64_t b0 = 0; b0 < nb; b0 += kVnniSpanBlocks) {
       const int64_t span = std::min(kVnniSpanBlocks, nb - b0);
-      for (int a = 0; a < N; ++a) {
-        const auto* y = reinterpret_cast<const quant::BlockQ8K*>(act[a]) + b0;
-        for (int64_t j = 0; j < span; ++j) CopyActivationBlock<T>(y[j].qs, copied[a][j]);
-      }
+      prepared.Prepare(act, b0, span);
       for (int r = 0; r < n_wrows; ++r) {
         const B* wb = reinterpret_cast<const B*>(w + r * w_stride) + b0;
-        __m512 acc[N];
-        __m256 acc_min[N];
-        for (int a = 0; a < N; ++a) {
-          acc[a] = _mm512_setzero_ps();
-          acc_min[a] = _mm256_setzero_ps();
-        }
-        for (int64_t j = 0; j < span; ++j) {
-          const int8_t* yq[N];
-          const quant::BlockQ8K* y[N];
-          for (int a = 0; a < N; ++a) {
-            yq[a] = copied[a][j];
-            y[a] = reinterpret_cast<const quant::BlockQ8K*>(act[a]) + b0 + j;
-          }
-          VnniBlockRows<T, N>(wb[j], yq, y, acc, acc_min);
-        }
+        __m512 acc[N], acc_min[Span::kPairs];
+        for (int a = 0; a < N; ++a) acc[a] = _mm512_setzero_ps();
+        for (int q = 0; q < Span::kPairs; ++q) acc_min[q] = _mm512_setzero_ps();
+        for (int64_t j = 0; j < span; ++j) VnniBlockRows<T, N>(wb[j], prepared, j, acc, acc_min);
         for (int a = 0; a < N; ++a) {
           float sum = _mm512_reduce_add_ps(acc[a]);
-          if constexpr (T == quant::GgmlType::kQ4_K) sum -= HorizontalSum(acc_min[a]);
+          if constexpr (Span::kQ4) {
+            const __m512d pair = _mm512_castps_pd(acc_min[a / 2]);
+            sum -= HorizontalSum(_mm256_castpd_ps(a % 2 ? _mm512_extractf64x4_pd(pair, 1)
+                                                        : _mm512_castpd512_pd256(pair)));
+          }
           float& o = out[a * out_stride + r];
           o = b0 > 0 ? o + sum : sum;
         }
