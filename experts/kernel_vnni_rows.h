@@ -150,9 +150,9 @@ static inline void VnniBlockRows(const typename Format<T>::Block& b, const Prepa
       total[a] = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(zero, even, sc_even), odd, sc_odd);
     }
     // dmin·m as floats, [m0..m7, m0..m7]: one FMA per pair of rows against the prepared bsums.
-    const __m512 m = _mm512_mul_ps(
-        _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpackhi_epi64(scmin, scmin))),
-        _mm512_set1_ps(F16(b.dmin)));
+    const __m512 m =
+        _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpackhi_epi64(scmin, scmin))),
+                      _mm512_set1_ps(F16(b.dmin)));
     for (int q = 0; q < PreparedSpan<T, N>::kPairs; ++q) {
       acc_min[q] = _mm512_fmadd_ps(m, _mm512_load_ps(p.q4_bsums[q][j]), acc_min[q]);
     }
@@ -183,7 +183,8 @@ static inline void VnniBlockRows(const typename Format<T>::Block& b, const Prepa
     for (int a = 0; a < N; ++a) {
       const int8_t* yq = p.qs[a][j];
       __m512i sum = _mm512_load_si512(p.q3_start[a][j]);
-      for (int x = 0; x < 4; ++x) sum = _mm512_dpbusd_epi32(sum, w[x], _mm512_load_si512(yq + 64 * x));
+      for (int x = 0; x < 4; ++x)
+        sum = _mm512_dpbusd_epi32(sum, w[x], _mm512_load_si512(yq + 64 * x));
       total[a] = _mm512_dpwssd_epi32(_mm512_setzero_si512(), sum, sc);
     }
   }
@@ -191,6 +192,8 @@ static inline void VnniBlockRows(const typename Format<T>::Block& b, const Prepa
   // instead of a scalar multiply and a register broadcast of its own.
   alignas(32) float ddy[8];
   _mm256_store_ps(ddy, _mm256_mul_ps(_mm256_set1_ps(F16(b.d)), _mm256_load_ps(p.d[j])));
+  asm volatile("" ::
+                   : "memory");  // keep the loads: GCC would otherwise shuffle each from a register
   for (int a = 0; a < N; ++a) {
     acc[a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total[a]), _mm512_set1_ps(ddy[a]), acc[a]);
   }
