@@ -192,8 +192,8 @@ static inline void VnniBlockRows(const typename Format<T>::Block& b, const Prepa
   // instead of a scalar multiply and a register broadcast of its own.
   alignas(32) float ddy[8];
   _mm256_store_ps(ddy, _mm256_mul_ps(_mm256_set1_ps(F16(b.d)), _mm256_load_ps(p.d[j])));
-  asm volatile("" ::
-                   : "memory");  // keep the loads: GCC would otherwise shuffle each from a register
+  // Keep the per-row loads below: GCC would otherwise shuffle each factor out of a register.
+  asm volatile("" ::: "memory");
   for (int a = 0; a < N; ++a) {
     acc[a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total[a]), _mm512_set1_ps(ddy[a]), acc[a]);
   }
