@@ -1,6 +1,6 @@
 // The pool against the fp32 reference of the same experts: every format, rows 1..8 and 33, experts
 // shared by several rows (and one row choosing an expert twice), thread counts 1, 2 and all (which
-// must give bit-identical results), the scalar and best ISA, outputs accumulated onto random data.
+// must give bit-identical results), the scalar, each forced SIMD and the best ISA, outputs accumulated onto random data.
 // Prefill-sized layers (200 and 512 rows, one expert chosen by every row: the tiled kernels and
 // groups cut at kMaxTileRows) against the single-threaded scalar pool.
 #include "experts/pool.h"
@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 
+#include "experts/isa.h"
 #include "tests/experts/test_util.h"
 
 namespace tandem::experts {
@@ -99,7 +100,9 @@ TEST_P(PoolTest, MatchesFp32ReferenceAcrossRowsThreadsAndIsas) {
     std::vector<float> want_delta(want.size());
     for (size_t i = 0; i < want.size(); ++i) want_delta[i] = want[i] - base[i];
 
-    for (const char* isa : {"scalar", "auto"}) {
+    // Each forced ISA too (`--cpu-isa`): avx2 and avx512 have their own 2..8-row kernels.
+    for (const char* isa : {"scalar", "avx2", "avx512", "auto"}) {
+      if (!ResolveIsa(isa).ok()) continue;  // this CPU lacks it; kernels_test says which
       std::vector<float> first;
       for (int threads : {1, 2, all}) {
         PoolOptions options;
