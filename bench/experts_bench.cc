@@ -69,10 +69,12 @@ BENCHMARK(BM_StreamRead)->Unit(benchmark::kMillisecond);
 #define TANDEM_DOT_BENCH(type, isa)                                                          \
   BENCHMARK_CAPTURE(BM_Dot, type##_##isa, quant::GgmlType::k##type, Isa::k##isa, false)      \
       ->Arg(1)                                                                               \
+      ->Arg(2)                                                                               \
       ->Arg(4)                                                                               \
       ->Arg(8);                                                                              \
   BENCHMARK_CAPTURE(BM_Dot, type##_##isa##_hot, quant::GgmlType::k##type, Isa::k##isa, true) \
       ->Arg(1)                                                                               \
+      ->Arg(2)                                                                               \
       ->Arg(4)                                                                               \
       ->Arg(8)                                                                               \
       ->Arg(64)                                                                              \
