@@ -1,14 +1,14 @@
 // Internal to experts/kernels_avx512.cc: the 2..kMaxKernelRows-row (speculative verify) kernels
-// for Q4_K and Q3_K on AVX-512 VNNI. The generic loop (kernel_simd.h) pays maddubs + vpdpwssd per
-// 64 weight bytes per activation row, because each chunk mixes sub-blocks with different scales.
-// Here each weight block is decoded once into a lane order in which every int32 lane belongs to
-// one sub-block in every chunk, so each row pays one vpdpbusd per chunk and one vpdpwssd (Q3_K) or
-// two (Q4_K) per block to apply the scales. What depends only on the activations is prepared once
-// per call (a stack buffer of kVnniSpanBlocks blocks per row): the rows' qs in that element order,
-// Q3_K's offset correction as the lanes' starting value, Q4_K's bsums as floats scaled by the
-// row's d (two rows per register, so one FMA applies a block's mins to two rows) and the rows' d.
-// Integer sums are exact, so results equal the generic path's up to float rounding. Must not be
-// used for one row: the copy and the shuffles cost more than they save there.
+// for Q4_K, Q5_K and Q3_K on AVX-512 VNNI. The generic loop (kernel_simd.h) pays maddubs + vpdpwssd
+// per 64 weight bytes per activation row, because each chunk mixes sub-blocks with different
+// scales. Here each weight block is decoded once into a lane order in which every int32 lane
+// belongs to one sub-block in every chunk, so each row pays one vpdpbusd per chunk and one vpdpwssd
+// (Q3_K) or two (Q4_K, Q5_K) per block to apply the scales. What depends only on the activations is
+// prepared once per call (a stack buffer of kVnniSpanBlocks blocks per row): the rows' qs in that
+// element order, Q3_K's offset correction as the lanes' starting value, Q4_K/Q5_K's bsums as floats
+// scaled by the row's d (two rows per register, so one FMA applies a block's mins to two rows) and
+// the rows' d. Integer sums are exact, so results equal the generic path's up to float rounding.
+// Must not be used for one row: the copy and the shuffles cost more than they save there.
 #pragma once
 
 #include <immintrin.h>
@@ -26,6 +26,11 @@ namespace {
 
 // Blocks of one activation row copied per span: 8 rows × 16 blocks × 256 bytes = 32 KiB of stack.
 inline constexpr int64_t kVnniSpanBlocks = 16;
+// Weight rows ahead that a row's blocks are prefetched: the cold (streamed) 2..8-row calls ran at
+// ~10 GB/s against 12-17 hot on the hardware prefetcher alone. experts_bench cold, best of 5,
+// 2026-11-29: distance 1 gives Q4_K 2 rows 13.4 GB/s (2: 11.7) but 4 rows 9.6 (2: 11.1), 4: worse.
+template <int N>
+inline constexpr int kPrefetchRows = N <= 2 ? 1 : 2;
 
 // Q4_K. Raw qs qword q (bytes 8q..8q+7) holds elements 8·(q%4)+0..7 of sub-blocks 2·(q/4) (low
 // nibbles) and 2·(q/4)+1 (high nibbles). T0 = qwords {0,1,8,9,4,5,12,13}, T1 = {2,3,10,11,6,7,
@@ -59,9 +64,14 @@ constexpr std::array<uint8_t, 64> Q3ActivationOrder() {
   return order;
 }
 
+// Q5_K: qs as Q4_K; the high bit of element 32s + i is bit s of qh byte i, so chunk qword lane i
+// (qs qword q) takes qh qword q % 4 at bit 2·(q / 4) + (1 for the high-nibble chunks).
+inline constexpr std::array<int, 8> kQ5HighT0 = {0, 1, 0, 1, 0, 1, 0, 1};  // kQ4T0[i] % 4
+inline constexpr std::array<int, 8> kQ5HighT1 = {2, 3, 2, 3, 2, 3, 2, 3};  // kQ4T1[i] % 4
+
 template <quant::GgmlType T>
 static inline void CopyActivationBlock(const int8_t* src, int8_t* dst) {
-  if constexpr (T == quant::GgmlType::kQ4_K) {
+  if constexpr (T == quant::GgmlType::kQ4_K || T == quant::GgmlType::kQ5_K) {
     static constexpr auto kOrder = Q4ActivationOrder();
     for (int i = 0; i < 32; ++i) std::memcpy(dst + 8 * i, src + 8 * kOrder[i], 8);
   } else {
@@ -74,20 +84,20 @@ static inline void CopyActivationBlock(const int8_t* src, int8_t* dst) {
 // row pays only its vpdpbusd chain, its scale vpdpwssd and one FMA.
 template <quant::GgmlType T, int N>
 struct PreparedSpan {
-  static constexpr bool kQ4 = T == quant::GgmlType::kQ4_K;
+  static constexpr bool kMins = T == quant::GgmlType::kQ4_K || T == quant::GgmlType::kQ5_K;
   static constexpr int kPairs = (N + 1) / 2;
   alignas(64) int8_t qs[N][kVnniSpanBlocks][quant::kQK_K];  // in the weights' lane order
   // Q3_K: -4·bsums of sub-block L in lane L, the start of the row's dpbusd chain (it removes the
   // q + 4 offset there: Σ q·y of a lane is at most 16·4·128 = 8192, still exact as int16).
-  alignas(64) int32_t q3_start[kQ4 ? 1 : N][kVnniSpanBlocks][16];
-  // Q4_K: y.d · Σ of the two bsums of sub-block s, row 2p in lanes 0..7 and 2p+1 in 8..15.
-  alignas(64) float q4_bsums[kQ4 ? kPairs : 1][kVnniSpanBlocks][16];
+  alignas(64) int32_t q3_start[kMins ? 1 : N][kVnniSpanBlocks][16];
+  // Q4_K, Q5_K: y.d · Σ of the two bsums of sub-block s, row 2p in lanes 0..7 and 2p+1 in 8..15.
+  alignas(64) float q4_bsums[kMins ? kPairs : 1][kVnniSpanBlocks][16];
   alignas(32) float d[kVnniSpanBlocks][8];  // y.d of rows 0..N-1, zero past N
 
   void Prepare(const uint8_t* const* act, int64_t b0, int64_t span) {
     for (int64_t j = 0; j < span; ++j) {
       for (int a = 0; a < 8; ++a) d[j][a] = 0.0f;
-      if constexpr (kQ4) {
+      if constexpr (kMins) {
         for (int p = 0; p < kPairs; ++p) _mm512_store_ps(q4_bsums[p][j], _mm512_setzero_ps());
       }
     }
@@ -96,7 +106,7 @@ struct PreparedSpan {
       for (int64_t j = 0; j < span; ++j) {
         CopyActivationBlock<T>(y[j].qs, qs[a][j]);
         d[j][a] = y[j].d;
-        if constexpr (kQ4) {
+        if constexpr (kMins) {
           const __m256i pair_sums = _mm256_madd_epi16(LoadU(y[j].bsums), _mm256_set1_epi16(1));
           _mm256_storeu_ps(q4_bsums[a / 2][j] + 8 * (a % 2),
                            _mm256_mul_ps(_mm256_cvtepi32_ps(pair_sums), _mm256_set1_ps(y[j].d)));
@@ -111,12 +121,12 @@ struct PreparedSpan {
 };
 
 // Weight block j of the span against N rows: adds d·dy·(scaled integer sum) into acc[a] and, for
-// Q4_K, dmin·m_s·dy·bsums_s into acc_min[a / 2] (row a in lanes 8·(a % 2)..+7).
+// Q4_K and Q5_K, dmin·m_s·dy·bsums_s into acc_min[a / 2] (row a in lanes 8·(a % 2)..+7).
 template <quant::GgmlType T, int N>
 static inline void VnniBlockRows(const typename Format<T>::Block& b, const PreparedSpan<T, N>& p,
                                  int64_t j, __m512* acc, __m512* acc_min) {
   __m512i total[N];
-  if constexpr (T == quant::GgmlType::kQ4_K) {
+  if constexpr (PreparedSpan<T, N>::kMins) {
     const __m512i r0 = _mm512_loadu_si512(b.qs), r1 = _mm512_loadu_si512(b.qs + 64);
     const __m512i t0 =
         _mm512_permutex2var_epi64(r0,
@@ -129,11 +139,33 @@ static inline void VnniBlockRows(const typename Format<T>::Block& b, const Prepa
                                                     kQ4T1[4], kQ4T1[5], kQ4T1[6], kQ4T1[7]),
                                   r1);
     const __m512i nib = _mm512_set1_epi8(0x0F);
-    const __m512i w[4] = {
-        _mm512_and_si512(t0, nib), _mm512_and_si512(_mm512_srli_epi16(t0, 4), nib),
-        _mm512_and_si512(t1, nib), _mm512_and_si512(_mm512_srli_epi16(t1, 4), nib)};
+    __m512i w[4] = {_mm512_and_si512(t0, nib), _mm512_and_si512(_mm512_srli_epi16(t0, 4), nib),
+                    _mm512_and_si512(t1, nib), _mm512_and_si512(_mm512_srli_epi16(t1, 4), nib)};
+    if constexpr (T == quant::GgmlType::kQ5_K) {
+      const __m512i qh = _mm512_broadcast_i64x4(LoadU(b.qh));
+      const __m512i h[2] = {
+          _mm512_permutexvar_epi64(
+              _mm512_setr_epi64(kQ5HighT0[0], kQ5HighT0[1], kQ5HighT0[2], kQ5HighT0[3],
+                                kQ5HighT0[4], kQ5HighT0[5], kQ5HighT0[6], kQ5HighT0[7]),
+              qh),
+          _mm512_permutexvar_epi64(
+              _mm512_setr_epi64(kQ5HighT1[0], kQ5HighT1[1], kQ5HighT1[2], kQ5HighT1[3],
+                                kQ5HighT1[4], kQ5HighT1[5], kQ5HighT1[6], kQ5HighT1[7]),
+              qh)};
+      for (int c = 0; c < 4; ++c) {
+        int64_t bits[8];  // bit 2·(q / 4) + (c & 1) of every byte of lane i (q / 4: same in T1)
+        for (int i = 0; i < 8; ++i) {
+          bits[i] = static_cast<int64_t>(0x0101010101010101ull << (2 * (kQ4T0[i] / 4) + (c & 1)));
+        }
+        const __mmask64 high =
+            _mm512_test_epi8_mask(h[c >> 1], _mm512_setr_epi64(bits[0], bits[1], bits[2], bits[3],
+                                                               bits[4], bits[5], bits[6], bits[7]));
+        w[c] = _mm512_mask_add_epi8(w[c], high, w[c], _mm512_set1_epi8(16));
+      }
+    }
     // (sc, 0) int16 pairs: vpdpwssd multiplies the low half (the lane's sum, |sum| ≤ 2·4·15·128 =
-    // 15360, so it is exact as int16) by sc and the high half (its sign) by 0.
+    // 15360 for Q4_K, 2·4·31·128 = 31744 for Q5_K, so it is exact as int16) by sc and the high
+    // half (its sign) by 0.
     const __m128i scmin = ScaleMinBytesK4(b.scales);
     const __m512i sc32 = _mm512_cvtepu8_epi32(scmin);  // lanes 0..7: sc, 8..15: m
     const __m512i sc_even = _mm512_permutexvar_epi32(
@@ -212,13 +244,19 @@ struct VnniKRows {
       prepared.Prepare(act, b0, span);
       for (int r = 0; r < n_wrows; ++r) {
         const B* wb = reinterpret_cast<const B*>(w + r * w_stride) + b0;
+        if (const int ahead = r + kPrefetchRows<N>; ahead < n_wrows) {
+          const char* next =
+              reinterpret_cast<const char*>(reinterpret_cast<const B*>(w + ahead * w_stride) + b0);
+          for (int64_t off = 0; off < span * static_cast<int64_t>(sizeof(B)); off += 64)
+            _mm_prefetch(next + off, _MM_HINT_T0);
+        }
         __m512 acc[N], acc_min[Span::kPairs];
         for (int a = 0; a < N; ++a) acc[a] = _mm512_setzero_ps();
         for (int q = 0; q < Span::kPairs; ++q) acc_min[q] = _mm512_setzero_ps();
         for (int64_t j = 0; j < span; ++j) VnniBlockRows<T, N>(wb[j], prepared, j, acc, acc_min);
         for (int a = 0; a < N; ++a) {
           float sum = _mm512_reduce_add_ps(acc[a]);
-          if constexpr (Span::kQ4) {
+          if constexpr (Span::kMins) {
             const __m512d pair = _mm512_castps_pd(acc_min[a / 2]);
             sum -= HorizontalSum(_mm256_castpd_ps(a % 2 ? _mm512_extractf64x4_pd(pair, 1)
                                                         : _mm512_castpd512_pd256(pair)));

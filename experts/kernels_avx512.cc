@@ -19,10 +19,10 @@ struct Avx512Policy {
   using IVec = __m512i;
   using FVec = __m512;
   static constexpr int kChunkBytes = 64, kChunks = 4, kFloats = 16;
-  // 2..8 rows of Q4_K and Q3_K: one vpdpbusd per chunk and row (kernel_vnni_rows.h).
+  // 2..8 rows of Q4_K, Q5_K and Q3_K: one vpdpbusd per chunk and row (kernel_vnni_rows.h).
   template <quant::GgmlType T>
   static constexpr bool kMultiRowKernel =
-      T == quant::GgmlType::kQ4_K || T == quant::GgmlType::kQ3_K;
+      T == quant::GgmlType::kQ4_K || T == quant::GgmlType::kQ5_K || T == quant::GgmlType::kQ3_K;
   template <quant::GgmlType T, int N>
   using MultiRows = VnniKRows<T, N>;
 
