@@ -1,13 +1,15 @@
 // Internal to experts/kernels_avx2.cc: the 2..kMaxKernelRows-row (speculative verify) kernel for
-// Q4_K on AVX2 without VNNI. The generic loop (kernel_simd.h) pays maddubs + madd + add per 32
-// weight bytes per activation row, because each 32-byte run is one sub-block and the next run has
-// another scale. Here each weight block is decoded once, with a 4×4 dword transpose of its four
-// 32-byte qs groups, into chunks in which every 16-bit lane belongs to the same sub-block in every
-// chunk; a row then adds its maddubs results as int16 across four chunks and pays one madd per
-// four chunks to apply the scales. What depends only on the activations (their qs in the same
+// Q4_K on AVX2 without VNNI. The generic loop (kernel_simd.h) pays maddubs + madd + add
+// per 32 weight bytes per activation row, because each 32-byte run is one sub-block and the next
+// run has another scale. Here each weight block is decoded once, with a 4×4 dword transpose of its
+// four 32-byte qs groups, into chunks in which every 16-bit lane belongs to the same sub-block in
+// every chunk; a row then adds its maddubs results as int16 across four chunks and pays one madd
+// per four chunks to apply the scales. What depends only on the activations (their qs in the same
 // element order, bsums·d as floats, d) is prepared once per call in a stack buffer of
 // kAvx2SpanBlocks blocks per row. Integer sums are exact, so results equal the generic path's up
 // to float rounding. Must not be used for one row: the transpose and the copy would not pay there.
+// Q5_K the same way measured no gain at 2 and 4 rows (2026-11-29, experts_bench hot: 12.8 / 8.1 ->
+// 12.2 / 8.1 GB/s; its qh bits cost four ops per chunk on top of the transpose), so it is not here.
 #pragma once
 
 #include <immintrin.h>
@@ -25,6 +27,9 @@ namespace {
 
 // Blocks of one activation row prepared per span: 8 rows × 16 blocks × 256 bytes = 32 KiB of stack.
 inline constexpr int64_t kAvx2SpanBlocks = 16;
+// Weight rows ahead that a row's blocks are prefetched (as kernel_vnni_rows.h's kPrefetchRows).
+template <int N>
+inline constexpr int kAvx2PrefetchRows = N <= 2 ? 1 : 2;
 
 // Chunk c = 2k + h (k = 0..3: transposed register, h = 0 low nibbles, 1 high). Its dword d (128-bit
 // lane d / 4, qs group g = d % 4) holds qs dword k + 4·(d / 4) of group g, i.e. elements
@@ -68,9 +73,9 @@ struct Avx2PreparedSpan {
 
 // Weight block j of the span against N rows: adds d·dy·(scaled integer sum) into acc[a] and
 // dmin·dy·m_s·bsums_s into acc_min[a].
-template <int N>
-static inline void Avx2Q4BlockRows(const quant::BlockQ4K& b, const Avx2PreparedSpan<N>& p,
-                                   int64_t j, __m256* acc, __m256* acc_min) {
+template <quant::GgmlType T, int N>
+static inline void Avx2KBlockRows(const typename Format<T>::Block& b, const Avx2PreparedSpan<N>& p,
+                                  int64_t j, __m256* acc, __m256* acc_min) {
   // 4×4 dword transpose within each 128-bit lane: v[k] = qs dword k (low lane) and k + 4 (high
   // lane) of groups 0..3.
   const __m256i g0 = LoadU(b.qs), g1 = LoadU(b.qs + 32), g2 = LoadU(b.qs + 64),
@@ -132,10 +137,17 @@ struct Avx2KRows {
       const int64_t span = std::min(kAvx2SpanBlocks, nb - b0);
       prepared.Prepare(act, b0, span);
       for (int r = 0; r < n_wrows; ++r) {
-        const auto* wb = reinterpret_cast<const quant::BlockQ4K*>(w + r * w_stride) + b0;
+        using B = typename Format<T>::Block;
+        const auto* wb = reinterpret_cast<const B*>(w + r * w_stride) + b0;
+        if (const int ahead = r + kAvx2PrefetchRows<N>; ahead < n_wrows) {
+          const char* next =
+              reinterpret_cast<const char*>(reinterpret_cast<const B*>(w + ahead * w_stride) + b0);
+          for (int64_t off = 0; off < span * static_cast<int64_t>(sizeof(B)); off += 64)
+            _mm_prefetch(next + off, _MM_HINT_T0);
+        }
         __m256 acc[N], acc_min[N];
         for (int a = 0; a < N; ++a) acc[a] = acc_min[a] = _mm256_setzero_ps();
-        for (int64_t j = 0; j < span; ++j) Avx2Q4BlockRows<N>(wb[j], prepared, j, acc, acc_min);
+        for (int64_t j = 0; j < span; ++j) Avx2KBlockRows<T, N>(wb[j], prepared, j, acc, acc_min);
         for (int a = 0; a < N; ++a) {
           const float sum = HorizontalSum(_mm256_sub_ps(acc[a], acc_min[a]));
           float& o = out[a * out_stride + r];
