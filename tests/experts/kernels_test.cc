@@ -113,26 +113,31 @@ INSTANTIATE_TEST_SUITE_P(All, KernelTest,
 // (kernel_vnni_rows.h per int32 lane, kernel_avx2_rows.h per int16 lane across four chunks); that
 // is exact only while |sum| < 32768. Largest weights (every quant and scale at its maximum)
 // against activations of one sign (every Q8_K value ±127) put the sums at their bound (Q4_K
-// 15240); Q3_K's lanes hold Σ q·y after the offset, largest at q = -4 (quants and hmask all zero,
-// 8128) next to q = 3 (all ones). The SIMD paths must still match the scalar one.
+// 15240, Q5_K 31496); Q3_K's lanes hold Σ q·y after the offset, largest at q = -4 (quants and hmask
+// all zero, 8128) next to q = 3 (all ones). The SIMD paths must still match the scalar one.
 TEST(KernelTest, LargestWeightsAndActivationsMatchScalar) {
   constexpr int64_t kBlocks = 3, k = kBlocks * quant::kQK_K;
   constexpr int kRows = 4;
   std::vector<uint8_t> q4(kRows * kBlocks * sizeof(quant::BlockQ4K), 0xFF);
   std::vector<uint8_t> q3(kRows * kBlocks * sizeof(quant::BlockQ3K), 0xFF);
   std::vector<uint8_t> q3_low = q3;
+  std::vector<uint8_t> q5(kRows * kBlocks * sizeof(quant::BlockQ5K), 0xFF);
   for (int64_t i = 0; i < kRows * kBlocks; ++i) {
     auto* b4 = reinterpret_cast<quant::BlockQ4K*>(q4.data()) + i;
     b4->d = 0x3C00;     // 1.0
     b4->dmin = 0x3800;  // 0.5
     reinterpret_cast<quant::BlockQ3K*>(q3.data())[i].d = 0x3C00;
+    auto* b5 = reinterpret_cast<quant::BlockQ5K*>(q5.data()) + i;
+    b5->d = 0x3C00;
+    b5->dmin = 0x3800;
     auto* b3 = reinterpret_cast<quant::BlockQ3K*>(q3_low.data()) + i;
     b3->d = 0x3C00;
     std::memset(b3->qs, 0, sizeof(b3->qs));
     std::memset(b3->hmask, 0, sizeof(b3->hmask));
   }
-  for (const auto& [type, w] : {std::pair{GgmlType::kQ4_K, &q4}, std::pair{GgmlType::kQ3_K, &q3},
-                                std::pair{GgmlType::kQ3_K, &q3_low}}) {
+  for (const auto& [type, w] :
+       {std::pair{GgmlType::kQ4_K, &q4}, std::pair{GgmlType::kQ3_K, &q3},
+        std::pair{GgmlType::kQ3_K, &q3_low}, std::pair{GgmlType::kQ5_K, &q5}}) {
     const int64_t act_bytes = ActivationRowBytes(type, k);
     for (int n_act = 1; n_act <= kMaxKernelRows; ++n_act) {
       std::vector<float> x(static_cast<size_t>(n_act * k));
