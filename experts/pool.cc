@@ -30,12 +30,24 @@
 namespace tandem::experts {
 namespace {
 
-// Rows of gate/up per phase-A item and output columns per phase-B item. 32 keeps ≥ 24 items per
-// expert at FFN 768 (every thread of a 16-core host busy on a single expert) while one item still
-// streams ≥ 32 KiB of Q4_K weights per call. Chosen by that arithmetic, not yet by a sweep:
-// 16/32/64 have not been measured against each other.
-constexpr int kFfSlice = 32;
-constexpr int kOutSlice = 32;
+// Rows of gate/up per phase-A item and output columns per phase-B item: the largest power of two
+// in [kMinSlice, kMaxSlice] that still gives every thread kItemsPerThread items of the phase.
+// Small slices keep a single expert spread over every thread of a many-core host; large ones let
+// each item stream a long contiguous run (the hardware prefetcher restarts at every item). On the
+// 2-core VM, 32-row slices for 10 Q4_K experts at 1 row reached 0.32-0.62 of stream, 128-row
+// slices 0.82-0.87 (tandem bench experts, 2026-11-29, docs/perf/experts.md); on 16 threads this
+// rule keeps 32 for phase B and for a single expert.
+constexpr int kMinSlice = 32;
+constexpr int kMaxSlice = 128;
+constexpr int kItemsPerThread = 3;
+
+int SliceFor(int64_t work_rows, int threads) {
+  int slice = kMinSlice;
+  while (slice < kMaxSlice && work_rows / (2 * slice) >= int64_t{threads} * kItemsPerThread) {
+    slice *= 2;
+  }
+  return slice;
+}
 
 // The claim word: epoch (24 bits) | total items (20 bits) | next item (20 bits).
 constexpr int kItemBits = 20;
@@ -192,6 +204,7 @@ struct ExpertPool::Impl {
   float* out = nullptr;
   DotFn gate_up_dot = nullptr, down_dot = nullptr;
   int n_rows = 0, n_jobs = 0, n_groups = 0, ff_slices = 0, out_slices = 0;
+  int ff_slice = 0, out_slice = 0;  // rows per phase-A item, output columns per phase-B item
   int64_t xq_stride = 0, hq_stride = 0;
 
   // Scratch.
@@ -402,8 +415,10 @@ absl::Status ExpertPool::Run(const ExpertWeights& w, std::span<const ExpertJob> 
   impl.n_rows = n_rows;
   impl.n_jobs = static_cast<int>(impl.sorted.size());
   impl.n_groups = static_cast<int>(impl.groups.size());
-  impl.ff_slices = static_cast<int>((w.n_ff + kFfSlice - 1) / kFfSlice);
-  impl.out_slices = static_cast<int>((w.hidden + kOutSlice - 1) / kOutSlice);
+  impl.ff_slice = SliceFor(w.n_ff * impl.n_groups, threads());
+  impl.out_slice = SliceFor(w.hidden, threads());
+  impl.ff_slices = static_cast<int>((w.n_ff + impl.ff_slice - 1) / impl.ff_slice);
+  impl.out_slices = static_cast<int>((w.hidden + impl.out_slice - 1) / impl.out_slice);
   impl.xq_stride = (ActivationRowBytes(w.gate.type, w.hidden) + 63) / 64 * 64;
   impl.hq_stride = (ActivationRowBytes(w.down.type, w.n_ff) + 63) / 64 * 64;
   impl.xq.Reserve(static_cast<size_t>(n_rows) * impl.xq_stride);
@@ -439,8 +454,8 @@ void ExpertPool::RunItem(uint32_t item) {
   if (item < impl.phase_end[1]) {  // A
     const uint32_t i = item - impl.phase_end[0];
     const Group& g = impl.groups[i / impl.ff_slices];
-    const int64_t f0 = static_cast<int64_t>(i % impl.ff_slices) * kFfSlice;
-    const int nf = static_cast<int>(std::min<int64_t>(kFfSlice, w.n_ff - f0));
+    const int64_t f0 = static_cast<int64_t>(i % impl.ff_slices) * impl.ff_slice;
+    const int nf = static_cast<int>(std::min<int64_t>(impl.ff_slice, w.n_ff - f0));
     const uint8_t* act[kMaxTileRows];
     for (int a = 0; a < g.count; ++a) {
       act[a] = impl.xq.data() + impl.sorted[g.first + a].row * impl.xq_stride;
@@ -463,8 +478,8 @@ void ExpertPool::RunItem(uint32_t item) {
     return;
   }
   // B: output columns [c0, c0 + nc) of every group, accumulated in group order (deterministic).
-  const int64_t c0 = static_cast<int64_t>(item - impl.phase_end[2]) * kOutSlice;
-  const int nc = static_cast<int>(std::min<int64_t>(kOutSlice, w.hidden - c0));
+  const int64_t c0 = static_cast<int64_t>(item - impl.phase_end[2]) * impl.out_slice;
+  const int nc = static_cast<int>(std::min<int64_t>(impl.out_slice, w.hidden - c0));
   for (int gi = 0; gi < impl.n_groups; ++gi) {
     const Group& g = impl.groups[gi];
     const uint8_t* act[kMaxTileRows];
