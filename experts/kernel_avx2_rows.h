@@ -6,7 +6,7 @@
 // every chunk; a row then adds its maddubs results as int16 across four chunks and pays one madd
 // per four chunks to apply the scales. What depends only on the activations (their qs in the same
 // element order, bsums·d as floats, d) is prepared once per call in a stack buffer of
-// kAvx2SpanBlocks blocks per row. Integer sums are exact, so results equal the generic path's up
+// kRowsSpanBlocks blocks per row. Integer sums are exact, so results equal the generic path's up
 // to float rounding. Must not be used for one row: the transpose and the copy would not pay there.
 // Q5_K the same way measured no gain at 2 and 4 rows (2026-11-29, experts_bench hot: 12.8 / 8.1 ->
 // 12.2 / 8.1 GB/s; its qh bits cost four ops per chunk on top of the transpose), so it is not here.
@@ -20,16 +20,11 @@
 #include <cstring>
 
 #include "experts/kernel_decode_avx2.h"
+#include "experts/kernel_rows_span.h"
 #include "experts/kernels.h"
 
 namespace tandem::experts {
 namespace {
-
-// Blocks of one activation row prepared per span: 8 rows × 16 blocks × 256 bytes = 32 KiB of stack.
-inline constexpr int64_t kAvx2SpanBlocks = 16;
-// Weight rows ahead that a row's blocks are prefetched (as kernel_vnni_rows.h's kPrefetchRows).
-template <int N>
-inline constexpr int kAvx2PrefetchRows = N <= 2 ? 1 : 2;
 
 // Chunk c = 2k + h (k = 0..3: transposed register, h = 0 low nibbles, 1 high). Its dword d (128-bit
 // lane d / 4, qs group g = d % 4) holds qs dword k + 4·(d / 4) of group g, i.e. elements
@@ -49,9 +44,9 @@ constexpr std::array<uint8_t, 64> Q4Avx2ActivationOrder() {
 
 template <int N>
 struct Avx2PreparedSpan {
-  alignas(32) int8_t qs[N][kAvx2SpanBlocks][quant::kQK_K];  // in the weights' chunk order
-  alignas(32) float bsums[N][kAvx2SpanBlocks][8];  // y.d · Σ of the two bsums of sub-block s
-  alignas(32) float d[kAvx2SpanBlocks][8];         // y.d of rows 0..N-1, zero past N
+  alignas(32) int8_t qs[N][kRowsSpanBlocks][quant::kQK_K];  // in the weights' chunk order
+  alignas(32) float bsums[N][kRowsSpanBlocks][8];  // y.d · Σ of the two bsums of sub-block s
+  alignas(32) float d[kRowsSpanBlocks][8];         // y.d of rows 0..N-1, zero past N
 
   void Prepare(const uint8_t* const* act, int64_t b0, int64_t span) {
     static constexpr auto kOrder = Q4Avx2ActivationOrder();
@@ -133,18 +128,13 @@ struct Avx2KRows {
                   const uint8_t* const* act, float* out, int64_t out_stride) {
     Avx2PreparedSpan<N> prepared;
     const int64_t nb = k / quant::kQK_K;
-    for (int64_t b0 = 0; b0 < nb; b0 += kAvx2SpanBlocks) {
-      const int64_t span = std::min(kAvx2SpanBlocks, nb - b0);
+    for (int64_t b0 = 0; b0 < nb; b0 += kRowsSpanBlocks) {
+      const int64_t span = std::min(kRowsSpanBlocks, nb - b0);
       prepared.Prepare(act, b0, span);
       for (int r = 0; r < n_wrows; ++r) {
         using B = typename Format<T>::Block;
         const auto* wb = reinterpret_cast<const B*>(w + r * w_stride) + b0;
-        if (const int ahead = r + kAvx2PrefetchRows<N>; ahead < n_wrows) {
-          const char* next =
-              reinterpret_cast<const char*>(reinterpret_cast<const B*>(w + ahead * w_stride) + b0);
-          for (int64_t off = 0; off < span * static_cast<int64_t>(sizeof(B)); off += 64)
-            _mm_prefetch(next + off, _MM_HINT_T0);
-        }
+        PrefetchRowAhead<B, N>(w, w_stride, r, n_wrows, b0, span);
         __m256 acc[N], acc_min[N];
         for (int a = 0; a < N; ++a) acc[a] = acc_min[a] = _mm256_setzero_ps();
         for (int64_t j = 0; j < span; ++j) Avx2KBlockRows<T, N>(wb[j], prepared, j, acc, acc_min);

@@ -4,7 +4,7 @@
 // scales. Here each weight block is decoded once into a lane order in which every int32 lane
 // belongs to one sub-block in every chunk, so each row pays one vpdpbusd per chunk and one vpdpwssd
 // (Q3_K) or two (Q4_K, Q5_K) per block to apply the scales. What depends only on the activations is
-// prepared once per call (a stack buffer of kVnniSpanBlocks blocks per row): the rows' qs in that
+// prepared once per call (a stack buffer of kRowsSpanBlocks blocks per row): the rows' qs in that
 // element order, Q3_K's offset correction as the lanes' starting value, Q4_K/Q5_K's bsums as floats
 // scaled by the row's d (two rows per register, so one FMA applies a block's mins to two rows) and
 // the rows' d. Integer sums are exact, so results equal the generic path's up to float rounding.
@@ -19,18 +19,11 @@
 #include <cstring>
 
 #include "experts/kernel_decode_avx2.h"
+#include "experts/kernel_rows_span.h"
 #include "experts/kernels.h"
 
 namespace tandem::experts {
 namespace {
-
-// Blocks of one activation row copied per span: 8 rows × 16 blocks × 256 bytes = 32 KiB of stack.
-inline constexpr int64_t kVnniSpanBlocks = 16;
-// Weight rows ahead that a row's blocks are prefetched: the cold (streamed) 2..8-row calls ran at
-// ~10 GB/s against 12-17 hot on the hardware prefetcher alone. experts_bench cold, best of 5,
-// 2026-11-29: distance 1 gives Q4_K 2 rows 13.4 GB/s (2: 11.7) but 4 rows 9.6 (2: 11.1), 4: worse.
-template <int N>
-inline constexpr int kPrefetchRows = N <= 2 ? 1 : 2;
 
 // Q4_K. Raw qs qword q (bytes 8q..8q+7) holds elements 8·(q%4)+0..7 of sub-blocks 2·(q/4) (low
 // nibbles) and 2·(q/4)+1 (high nibbles). T0 = qwords {0,1,8,9,4,5,12,13}, T1 = {2,3,10,11,6,7,
@@ -86,13 +79,13 @@ template <quant::GgmlType T, int N>
 struct PreparedSpan {
   static constexpr bool kMins = T == quant::GgmlType::kQ4_K || T == quant::GgmlType::kQ5_K;
   static constexpr int kPairs = (N + 1) / 2;
-  alignas(64) int8_t qs[N][kVnniSpanBlocks][quant::kQK_K];  // in the weights' lane order
+  alignas(64) int8_t qs[N][kRowsSpanBlocks][quant::kQK_K];  // in the weights' lane order
   // Q3_K: -4·bsums of sub-block L in lane L, the start of the row's dpbusd chain (it removes the
   // q + 4 offset there: Σ q·y of a lane is at most 16·4·128 = 8192, still exact as int16).
-  alignas(64) int32_t q3_start[kMins ? 1 : N][kVnniSpanBlocks][16];
+  alignas(64) int32_t q3_start[kMins ? 1 : N][kRowsSpanBlocks][16];
   // Q4_K, Q5_K: y.d · Σ of the two bsums of sub-block s, row 2p in lanes 0..7 and 2p+1 in 8..15.
-  alignas(64) float q4_bsums[kMins ? kPairs : 1][kVnniSpanBlocks][16];
-  alignas(32) float d[kVnniSpanBlocks][8];  // y.d of rows 0..N-1, zero past N
+  alignas(64) float q4_bsums[kMins ? kPairs : 1][kRowsSpanBlocks][16];
+  alignas(32) float d[kRowsSpanBlocks][8];  // y.d of rows 0..N-1, zero past N
 
   void Prepare(const uint8_t* const* act, int64_t b0, int64_t span) {
     for (int64_t j = 0; j < span; ++j) {
@@ -239,17 +232,12 @@ struct VnniKRows {
     using Span = PreparedSpan<T, N>;
     Span prepared;
     const int64_t nb = k / quant::kQK_K;
-    for (int64_t b0 = 0; b0 < nb; b0 += kVnniSpanBlocks) {
-      const int64_t span = std::min(kVnniSpanBlocks, nb - b0);
+    for (int64_t b0 = 0; b0 < nb; b0 += kRowsSpanBlocks) {
+      const int64_t span = std::min(kRowsSpanBlocks, nb - b0);
       prepared.Prepare(act, b0, span);
       for (int r = 0; r < n_wrows; ++r) {
         const B* wb = reinterpret_cast<const B*>(w + r * w_stride) + b0;
-        if (const int ahead = r + kPrefetchRows<N>; ahead < n_wrows) {
-          const char* next =
-              reinterpret_cast<const char*>(reinterpret_cast<const B*>(w + ahead * w_stride) + b0);
-          for (int64_t off = 0; off < span * static_cast<int64_t>(sizeof(B)); off += 64)
-            _mm_prefetch(next + off, _MM_HINT_T0);
-        }
+        PrefetchRowAhead<B, N>(w, w_stride, r, n_wrows, b0, span);
         __m512 acc[N], acc_min[Span::kPairs];
         for (int a = 0; a < N; ++a) acc[a] = _mm512_setzero_ps();
         for (int q = 0; q < Span::kPairs; ++q) acc_min[q] = _mm512_setzero_ps();
