@@ -7,11 +7,19 @@
 #include "runtime/quant/ggml_type.h"
 
 namespace tandem::megakernel {
+namespace {
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
 
 cudaError_t MeasureHbmCopyGbps(uint64_t bytes, int reps, double* gbps) {
   void *a = nullptr, *b = nullptr;
   cudaEvent_t start = nullptr, stop = nullptr;
-  std::vector<float> ms;
+  std::vector<double> ms;
   cudaError_t e = cudaMalloc(&a, bytes);
   if (e == cudaSuccess) e = cudaMalloc(&b, bytes);
   if (e == cudaSuccess) e = cudaMemset(a, 1, bytes);
@@ -27,10 +35,7 @@ cudaError_t MeasureHbmCopyGbps(uint64_t bytes, int reps, double* gbps) {
     if (e == cudaSuccess) e = cudaEventElapsedTime(&t, start, stop);
     ms.push_back(t);
   }
-  if (e == cudaSuccess) {
-    std::sort(ms.begin(), ms.end());
-    *gbps = 2.0 * static_cast<double>(bytes) / (ms[ms.size() / 2] * 1e-3) / 1e9;
-  }
+  if (e == cudaSuccess) *gbps = 2.0 * static_cast<double>(bytes) / (Median(ms) * 1e-3) / 1e9;
   if (start != nullptr) cudaEventDestroy(start);
   if (stop != nullptr) cudaEventDestroy(stop);
   cudaFree(a);
@@ -49,11 +54,6 @@ cudaError_t TimeProbe(int grid, int n_syncs, int launches, cudaEvent_t start, cu
   if (e == cudaSuccess) e = cudaEventSynchronize(stop);
   if (e == cudaSuccess) e = cudaEventElapsedTime(ms, start, stop);
   return e;
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 }  // namespace
