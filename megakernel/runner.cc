@@ -63,23 +63,22 @@ absl::StatusOr<std::unique_ptr<GpuRunner>> GpuRunner::Create(const model::Model&
   TANDEM_ASSIGN_OR_RETURN(runner->dims_, DimsForModel(model, options.n_ctx));
   TANDEM_RETURN_IF_ERROR(CheckTensors(model));
   // The budget covers weights, caches and states (checked again with scratch once allocated).
-  TANDEM_RETURN_IF_ERROR(CheckBudget(PlanVram(model, runner->dims_, options.n_ctx),
-                                     options.vram_budget, model.source(), options.n_ctx));
+  const VramPlan plan = PlanVram(model, runner->dims_, options.n_ctx);
+  TANDEM_RETURN_IF_ERROR(CheckBudget(plan, options.vram_budget, model.source(), options.n_ctx));
   TANDEM_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&runner->stream_, cudaStreamNonBlocking));
   TANDEM_CUDA_RETURN_IF_ERROR(cudaMallocHost(&runner->step_host_, sizeof(StepInput)));
-  TANDEM_RETURN_IF_ERROR(runner->Upload(model));
+  TANDEM_RETURN_IF_ERROR(runner->Upload(model, plan.weights));
   TANDEM_RETURN_IF_ERROR(runner->AllocateState());
   return runner;
 }
 
-absl::Status GpuRunner::Upload(const model::Model& model) {
+absl::Status GpuRunner::Upload(const model::Model& model, uint64_t weight_bytes) {
   const model::HParams& hp = hp_;
   // Every tensor the forward pass reads (CheckTensors has accepted their types).
   std::vector<const format::TensorInfo*> used;
   for (const format::TensorInfo& t : model.tensors()) {
     if (UsedByForward(t, hp)) used.push_back(&t);
   }
-  const uint64_t total = PlanVram(model, dims_, options_.n_ctx).weights;  // progress denominator
   std::map<std::string, const uint8_t*> dev;
   uint64_t done = 0;
   for (const format::TensorInfo* t : used) {
@@ -92,7 +91,7 @@ absl::Status GpuRunner::Upload(const model::Model& model) {
     TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpy(p, t->data, t->nbytes, cudaMemcpyHostToDevice));
     dev[t->name] = p;
     done += t->nbytes + kAllocationSlack;
-    if (options_.progress) options_.progress(done, total);
+    if (options_.progress) options_.progress(done, weight_bytes);
   }
   auto find = [&](const std::string& name) -> const format::TensorInfo* { return model.Find(name); };
   auto matrix = [&](const std::string& name) {

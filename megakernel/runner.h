@@ -80,7 +80,8 @@ class GpuRunner {
  private:
   struct Graph;
   GpuRunner() = default;
-  absl::Status Upload(const model::Model& model);
+  // Copies the forward pass's tensors to the card; weight_bytes (PlanVram's) is the progress total.
+  absl::Status Upload(const model::Model& model, uint64_t weight_bytes);
   absl::Status AllocateState();
   absl::Status Step(int n_rows, bool with_head);
   absl::Status EnqueueStep(int n_rows, bool with_head);
