@@ -63,20 +63,15 @@ TEST_P(KernelTest, MatchesFp32ReferenceForManyRowCountsAndOddShapes) {
     const uint64_t seed = static_cast<uint64_t>(type) * 1000 + shape.k_blocks;
     const std::vector<uint8_t> w = RandomWeights(type, n_wrows, k, seed);
     const std::vector<float> wf = DecodeRows(type, w.data(), k, 0, n_wrows);
-    const int64_t act_bytes = ActivationRowBytes(type, k);
     for (int n_act : shape.act_rows) {
       const std::vector<float> x = RandomFloats(static_cast<size_t>(n_act * k), seed + n_act);
-      std::vector<uint8_t> xq(static_cast<size_t>(n_act * act_bytes));
-      std::vector<const uint8_t*> act(n_act);
-      for (int a = 0; a < n_act; ++a) {
-        QuantizeActivations(type, &x[a * k], k, &xq[a * act_bytes]);
-        act[a] = &xq[a * act_bytes];
-      }
+      const QuantizedRows q = QuantizeRows(type, x, n_act, k);
+      const uint8_t* const* act = q.rows.data();
       const int64_t stride = n_wrows + 3;  // padded, to catch stride mistakes
       std::vector<float> got(static_cast<size_t>(n_act * stride), std::nanf(""));
       std::vector<float> ref_int(got.size(), std::nanf(""));
-      dot(w.data(), quant::RowBytes(type, k), n_wrows, k, act.data(), n_act, got.data(), stride);
-      scalar(w.data(), quant::RowBytes(type, k), n_wrows, k, act.data(), n_act, ref_int.data(),
+      dot(w.data(), quant::RowBytes(type, k), n_wrows, k, act, n_act, got.data(), stride);
+      scalar(w.data(), quant::RowBytes(type, k), n_wrows, k, act, n_act, ref_int.data(),
              stride);
       std::vector<float> g, want, s;
       for (int a = 0; a < n_act; ++a) {
@@ -138,23 +133,18 @@ TEST(KernelTest, LargestWeightsAndActivationsMatchScalar) {
   for (const auto& [type, w] :
        {std::pair{GgmlType::kQ4_K, &q4}, std::pair{GgmlType::kQ3_K, &q3},
         std::pair{GgmlType::kQ3_K, &q3_low}, std::pair{GgmlType::kQ5_K, &q5}}) {
-    const int64_t act_bytes = ActivationRowBytes(type, k);
     for (int n_act = 1; n_act <= kMaxKernelRows; ++n_act) {
       std::vector<float> x(static_cast<size_t>(n_act * k));
       for (int64_t i = 0; i < n_act * k; ++i) x[i] = (i / k) % 2 ? -1.0f : 1.0f;
-      std::vector<uint8_t> xq(static_cast<size_t>(n_act * act_bytes));
-      std::vector<const uint8_t*> act(n_act);
-      for (int a = 0; a < n_act; ++a) {
-        QuantizeActivations(type, &x[a * k], k, &xq[a * act_bytes]);
-        act[a] = &xq[a * act_bytes];
-      }
+      const QuantizedRows q = QuantizeRows(type, x, n_act, k);
+      const uint8_t* const* act = q.rows.data();
       std::vector<float> want(static_cast<size_t>(n_act * kRows));
-      GetDotKernel(Isa::kScalar, type)(w->data(), quant::RowBytes(type, k), kRows, k, act.data(),
+      GetDotKernel(Isa::kScalar, type)(w->data(), quant::RowBytes(type, k), kRows, k, act,
                                        n_act, want.data(), kRows);
       for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
         if (!CpuSupports(isa)) continue;
         std::vector<float> got(want.size(), std::nanf(""));
-        GetDotKernel(isa, type)(w->data(), quant::RowBytes(type, k), kRows, k, act.data(), n_act,
+        GetDotKernel(isa, type)(w->data(), quant::RowBytes(type, k), kRows, k, act, n_act,
                                 got.data(), kRows);
         EXPECT_LT(NormalisedError(got.data(), want.data(), got.size()), kScalarBound)
             << quant::GetTypeInfo(type).name << " " << IsaName(isa) << " act " << n_act;

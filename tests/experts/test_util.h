@@ -1,5 +1,5 @@
-// Shared helpers of the expert tests: random inputs, the fp32 reference of one expert, and the
-// normalised error used for every bound.
+// Shared helpers of the expert tests: random inputs, activations quantised for the kernels, the
+// fp32 reference of one expert, and the normalised error used for every bound.
 #pragma once
 
 #include <cmath>
@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "experts/kernels.h"
 #include "runtime/quant/codec.h"
 #include "runtime/quant/ggml_type.h"
 
@@ -26,6 +27,24 @@ inline std::vector<uint8_t> RandomWeights(quant::GgmlType type, int64_t rows, in
   const int64_t blocks = rows * cols / quant::GetTypeInfo(type).block_elems;
   quant::RandomizeBlocks(type, seed, 0.05f, bytes.data(), blocks);
   return bytes;
+}
+
+// n_act rows of k floats (x, row-major) quantised as the kernels take them: the bytes, and one
+// pointer per row into them.
+struct QuantizedRows {
+  std::vector<uint8_t> bytes;
+  std::vector<const uint8_t*> rows;
+};
+inline QuantizedRows QuantizeRows(quant::GgmlType type, const std::vector<float>& x, int n_act,
+                                  int64_t k) {
+  const int64_t row_bytes = ActivationRowBytes(type, k);
+  QuantizedRows q;
+  q.bytes.resize(static_cast<size_t>(n_act * row_bytes));
+  for (int a = 0; a < n_act; ++a) {
+    QuantizeActivations(type, &x[a * k], k, &q.bytes[a * row_bytes]);
+    q.rows.push_back(&q.bytes[a * row_bytes]);
+  }
+  return q;
 }
 
 // ||got - want|| / ||want||.
