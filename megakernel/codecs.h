@@ -14,8 +14,10 @@ TANDEM_HD constexpr int SliceElems(int type) {
   using quant::GgmlType;
   switch (static_cast<GgmlType>(type)) {
     case GgmlType::kF32:
+      return 4;  // one 16-byte chunk
     case GgmlType::kF16:
     case GgmlType::kBF16:
+      return 8;
     case GgmlType::kQ8_0:
     case GgmlType::kIQ4_XS:
       return 32;

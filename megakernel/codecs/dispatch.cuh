@@ -14,11 +14,36 @@
 
 namespace tandem::megakernel {
 
+// Codecs with a kUnroll member split a slice into Load and Apply, and their loads go out kUnroll
+// slices at a time before any is applied (out-of-range slices load slice n - 1 again and are not
+// applied, so that the loads need no branch). The others load and apply one slice per step.
+template <class Codec, class = void>
+struct HasUnroll {
+  static constexpr bool value = false;
+};
+template <class Codec>
+struct HasUnroll<Codec, decltype(void(Codec::kUnroll))> {
+  static constexpr bool value = true;
+};
+
 template <class Codec, int R>
 __device__ __forceinline__ void RowDotWith(const uint8_t* row, int n_slices, int lane_g, int G,
                                            const ActSet& a, unsigned mask, int base,
                                            float (&acc)[R]) {
-  for (int s = lane_g; s < n_slices; s += G) Codec::template Dot<R>(row, s, a, mask, base, acc);
+  if constexpr (HasUnroll<Codec>::value) {
+    constexpr int U = Codec::kUnroll;
+    for (int s0 = lane_g; s0 < n_slices; s0 += U * G) {
+      typename Codec::Raw raw[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) raw[u] = Codec::Load(row, min(s0 + u * G, n_slices - 1));
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        if (s0 + u * G < n_slices) Codec::template Apply<R>(raw[u], s0 + u * G, a, mask, base, acc);
+      }
+    }
+  } else {
+    for (int s = lane_g; s < n_slices; s += G) Codec::template Dot<R>(row, s, a, mask, base, acc);
+  }
 }
 
 // acc[r] (r with its mask bit set) += row · activation(r), summed over the G lanes of the group:
