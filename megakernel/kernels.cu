@@ -16,14 +16,30 @@ namespace {
 
 namespace cg = cooperative_groups;
 
+__device__ __forceinline__ int PhaseCountOf(const MixerArgs& a) {
+  return a.recurrent ? kDeltaNetPhases : kAttentionPhases;
+}
+
+// Block 0's %globaltimer (ns) at the start of phase `slot` of a layer half, or at the end of the
+// launch (slot = end phase), when the timeline is on. Block 0 leaves each grid barrier when the
+// whole grid has arrived, so consecutive stamps are phase times including the barrier.
+__device__ __forceinline__ void Stamp(uint64_t* timeline, int layer, int half, int slot) {
+  if (timeline == nullptr || blockIdx.x != 0 || threadIdx.x != 0) return;
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  timeline[(2 * layer + half) * kTimelineSlots + slot] = t;
+}
+
 template <int R>
 __global__ void __launch_bounds__(kBlockThreads) MixerKernel(const __grid_constant__ MixerArgs args, int begin,
                                                              int end) {
   extern __shared__ __align__(16) uint8_t smem[];
   for (int p = begin; p < end; ++p) {
     if (p > begin) cg::this_grid().sync();
+    Stamp(args.s.timeline, args.layer, 0, p);
     MixerPhase<R>(args, p, smem);
   }
+  if (end == PhaseCountOf(args)) Stamp(args.s.timeline, args.layer, 0, end);
 }
 
 template <int R>
@@ -32,8 +48,10 @@ __global__ void __launch_bounds__(kBlockThreads) MoeKernel(const __grid_constant
   extern __shared__ __align__(16) uint8_t smem[];
   for (int p = begin; p < end; ++p) {
     if (p > begin) cg::this_grid().sync();
+    Stamp(args.s.timeline, args.layer, 1, p);
     MoePhase<R>(args, p, smem);
   }
+  if (end == kMoePhases) Stamp(args.s.timeline, args.layer, 1, end);
 }
 
 template <int R>

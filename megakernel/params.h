@@ -95,7 +95,13 @@ struct Scratch {
   float* logits = nullptr;    // [B][n_vocab]
   float* best = nullptr;      // [grid][kMaxRows][2] per-block argmax candidates (value, index)
   int32_t* argmax = nullptr;  // [B]
+  // Phase timeline (the bench's): null, or [n_layer][2 (mixer, MoE)][kTimelineSlots] clocks.
+  uint64_t* timeline = nullptr;
 };
+
+// Timeline slots per layer half: phase p's start at slot p (at most 5 phases), the end of the
+// launch at slot `phases`.
+inline constexpr int kTimelineSlots = 6;
 
 struct AttentionLayer {
   Matrix wq, wk, wv, wo;

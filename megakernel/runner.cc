@@ -334,6 +334,31 @@ void GpuRunner::set_mode(KernelMode mode) {
   graphs_.clear();
 }
 
+absl::Status GpuRunner::set_timeline(bool on) {
+  const size_t bytes = sizeof(uint64_t) * kTimelineSlots * 2 * dims_.n_layer;
+  if (on && timeline_ == nullptr) {
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaMalloc(&timeline_, bytes));
+    allocations_.push_back(timeline_);
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaMemset(timeline_, 0, bytes));
+  }
+  uint64_t* target = on ? timeline_ : nullptr;
+  scratch_.timeline = target;
+  for (MixerArgs& a : mixer_) a.s.timeline = target;
+  for (MoeArgs& a : moe_) a.s.timeline = target;
+  head_.s.timeline = target;
+  graphs_.clear();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<uint64_t>> GpuRunner::ReadTimeline() const {
+  if (timeline_ == nullptr) return absl::FailedPreconditionError("the phase timeline is off");
+  std::vector<uint64_t> stamps(static_cast<size_t>(kTimelineSlots) * 2 * dims_.n_layer);
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  TANDEM_CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(stamps.data(), timeline_, stamps.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost));
+  return stamps;
+}
+
 void GpuRunner::set_graphs(bool on) {
   options_.graphs = on;
   graphs_.clear();

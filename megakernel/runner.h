@@ -73,6 +73,12 @@ class GpuRunner {
   // Device copies for tests: the DeltaNet delta-rule state of layer `layer` (empty for
   // attention layers).
   absl::StatusOr<std::vector<float>> ReadSsmState(int layer) const;
+  // Phase timeline, for the bench: while on, block 0 of every layer kernel writes %globaltimer
+  // (ns) at the start of each phase and at the end of the launch. ReadTimeline returns the last
+  // step's stamps, [layer][half: 0 mixer, 1 MoE][kTimelineSlots] (PhaseCount's phases, then the
+  // end). Both switches drop captured graphs.
+  absl::Status set_timeline(bool on);
+  absl::StatusOr<std::vector<uint64_t>> ReadTimeline() const;
   // Switch kernel mode / graph replay between steps (captured graphs are dropped).
   void set_mode(KernelMode mode);
   void set_graphs(bool on);
@@ -98,6 +104,7 @@ class GpuRunner {
   StepInput* step_host_ = nullptr;  // pinned
   StepInput* step_dev_ = nullptr;
   cudaStream_t stream_ = nullptr;
+  uint64_t* timeline_ = nullptr;  // set_timeline's buffer (in allocations_)
   std::vector<void*> allocations_;
   LaunchShape mixer_shape_[2], moe_shape_[2], head_shape_[2];  // [variant 1, kMaxRows]
   std::map<std::pair<int, bool>, std::unique_ptr<Graph>> graphs_;  // (variant, head)

@@ -73,6 +73,62 @@ absl::StatusOr<double> TimeSteps(megakernel::GpuRunner& gpu, int rows, int pos, 
   return times[times.size() / 2];
 }
 
+// Where a decode step's time goes, from block 0's clock at every phase start (megakernel mode,
+// graph replay as in the timed runs): the mean microseconds of each phase per layer of each kind
+// (a phase's time includes the grid barrier that ends it), and the mean gap from the end of one
+// layer-half launch to the start of the next (the launch's tail on other blocks + launch latency).
+absl::Status PhaseTimeline(megakernel::GpuRunner& gpu, const model::HParams& hp, int pos, int steps,
+                           std::mt19937& rng, int vocab, nlohmann::json* out) {
+  using megakernel::kTimelineSlots;
+  static const char* const kNames[3][kTimelineSlots] = {
+      {"projections", "qk_norm_rope", "attention", "combine_gate", "out_proj"},
+      {"projections", "conv_l2", "delta_rule", "gated_norm_out"},
+      {"router", "route_gate_up", "down", "combine"}};
+  static const char* const kKinds[3] = {"attention", "deltanet", "moe"};
+  double sum[3][kTimelineSlots] = {}, gap_sum = 0;
+  int count[3] = {}, gaps = 0;
+  TANDEM_RETURN_IF_ERROR(gpu.set_timeline(true));
+  std::vector<int32_t> token(1), argmax;
+  for (int i = 0; i <= steps; ++i) {  // step 0 captures the graph
+    token[0] = static_cast<int32_t>(rng() % vocab);
+    TANDEM_RETURN_IF_ERROR(gpu.Forward(token, pos, false, nullptr, &argmax, nullptr, nullptr));
+    if (i == 0) continue;
+    TANDEM_ASSIGN_OR_RETURN(const std::vector<uint64_t> stamps, gpu.ReadTimeline());
+    int64_t prev_end = 0;
+    for (int il = 0; il < hp.n_layer; ++il) {
+      for (int half = 0; half < 2; ++half) {
+        const uint64_t* t = &stamps[static_cast<size_t>(2 * il + half) * kTimelineSlots];
+        const int kind = half == 1 ? 2 : (hp.IsRecurrentLayer(il) ? 1 : 0);
+        const int phases = megakernel::PhaseCount(half == 1 ? megakernel::Half::kMoe : megakernel::Half::kMixer,
+                                                  kind == 1);
+        for (int p = 0; p < phases; ++p) sum[kind][p] += static_cast<double>(static_cast<int64_t>(t[p + 1] - t[p]));
+        ++count[kind];
+        if (prev_end != 0) {
+          gap_sum += static_cast<double>(static_cast<int64_t>(t[0]) - prev_end);
+          ++gaps;
+        }
+        prev_end = static_cast<int64_t>(t[phases]);
+      }
+    }
+  }
+  TANDEM_RETURN_IF_ERROR(gpu.set_timeline(false));
+  std::printf("  phase timeline, mean us per layer (block 0's clock, %d steps):", steps);
+  for (int kind = 0; kind < 3; ++kind) {
+    if (count[kind] == 0) continue;
+    std::printf("\n    %-9s", kKinds[kind]);
+    const int phases = megakernel::PhaseCount(kind == 2 ? megakernel::Half::kMoe : megakernel::Half::kMixer, kind == 1);
+    for (int p = 0; p < phases; ++p) {
+      const double us = sum[kind][p] / count[kind] * 1e-3;
+      (*out)[kKinds[kind]][kNames[kind][p]] = us;
+      std::printf("  %s %.1f", kNames[kind][p], us);
+    }
+  }
+  const double gap_us = gaps > 0 ? gap_sum / gaps * 1e-3 : 0.0;
+  (*out)["launch_gap"] = gap_us;
+  std::printf("\n    between layer-half launches: %.1f us\n", gap_us);
+  return absl::OkStatus();
+}
+
 int BenchDecode(const Options& o, const engine::EngineOptions& base) {
   std::vector<int> contexts;
   for (absl::string_view part : absl::StrSplit(o.contexts, ',')) {
@@ -189,6 +245,12 @@ int BenchDecode(const Options& o, const engine::EngineOptions& base) {
         }
       }
       gpu.set_mode(megakernel::KernelMode::kMegakernel);
+      nlohmann::json phases;
+      if (auto s = PhaseTimeline(gpu, (*engine)->hparams(), ctx, 8, rng, vocab, &phases); !s.ok()) {
+        std::fprintf(stderr, "tandem bench decode: %s\n", std::string(s.message()).c_str());
+        return 1;
+      }
+      run["phase_us"] = phases;
       run["speedup_vs_per_op"] = run["per_op_ms_per_token"].get<double>() / run["ms_per_token"].get<double>();
       std::printf("%-28s ctx %6d: %8.1f tok/s  %.3f of HBM  per-op %8.1f tok/s (x%.2f)  verify4/decode1 %.2f  launches %d barriers %d\n",
                   model.c_str(), ctx, run["tok_s"].get<double>(), run["bandwidth_ratio"].get<double>(),
