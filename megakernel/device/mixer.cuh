@@ -127,6 +127,7 @@ __device__ void AttentionPartials(const MixerArgs& A) {
       if (j < k1) {
         const float4* k4 = reinterpret_cast<const float4*>(k_base + static_cast<int64_t>(j) * kv_dim);
         float acc0 = 0, acc1 = 0;
+#pragma unroll 8
         for (int d = 0; d < hd / 4; d += 2) {
           const float4 a = k4[d], b = q4[d], a2 = k4[d + 1], b2 = q4[d + 1];
           acc0 += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
@@ -140,13 +141,27 @@ __device__ void AttentionPartials(const MixerArgs& A) {
       l = l * corr + WarpSum(p);
 #pragma unroll
       for (int t = 0; t < kMaxHeadDim / 32; ++t) o[t] *= corr;
+      // The value rows go kValueBatch at a time, all loads before any use: one round trip per
+      // batch instead of one per key (a loop of dependent round trips cost 33 us per layer at
+      // 512 keys, phase timeline 2026-11-29). Keys past the chunk load the last key again
+      // (a valid row) with p = 0; the sum runs in key order as before.
       const int n = min(32, k1 - j0);
-      for (int jj = 0; jj < n; ++jj) {
-        const float pj = __shfl_sync(kFullMask, p, jj);
-        const float* vj = v_base + static_cast<int64_t>(j0 + jj) * kv_dim;
+      constexpr int kValueBatch = 4;
+      for (int jj0 = 0; jj0 < n; jj0 += kValueBatch) {
+        float vb[kValueBatch][kMaxHeadDim / 32];
 #pragma unroll
-        for (int t = 0; t < kMaxHeadDim / 32; ++t) {
-          if (t < per_lane) o[t] += pj * vj[Lane() + 32 * t];
+        for (int b = 0; b < kValueBatch; ++b) {
+          const float* vj = v_base + static_cast<int64_t>(j0 + min(jj0 + b, n - 1)) * kv_dim;
+#pragma unroll
+          for (int t = 0; t < kMaxHeadDim / 32; ++t) vb[b][t] = t < per_lane ? vj[Lane() + 32 * t] : 0.0f;
+        }
+#pragma unroll
+        for (int b = 0; b < kValueBatch; ++b) {
+          const float pj = __shfl_sync(kFullMask, p, jj0 + b);  // 0 past the chunk's keys
+#pragma unroll
+          for (int t = 0; t < kMaxHeadDim / 32; ++t) {
+            if (t < per_lane && jj0 + b < n) o[t] += pj * vb[b][t];
+          }
         }
       }
       m = m_new;
@@ -185,13 +200,25 @@ __device__ void AttentionCombine(const MixerArgs& A) {
     l = WarpSum(l);
     const float* gate = A.s.proj + static_cast<int64_t>(r) * A.s.proj_stride + h * q_stride + hd;
     float* out = A.s.mix + static_cast<int64_t>(r) * nh * hd + h * hd;
-    for (int d = Lane(); d < hd; d += 32) {
-      float acc = 0;
-      for (int c = 0; c < n_chunks; ++c) {
-        const float* p = parts + c * (hd + 2);
-        if (p[1] > 0) acc += p[2 + d] * expf(p[0] - m);
+    // Chunks outer, head dimensions inner (lane d, d + 32, ...), four chunks' loads in flight at
+    // a time; each dimension still sums its chunks in order.
+    float acc[kMaxHeadDim / 32];
+#pragma unroll
+    for (int t = 0; t < kMaxHeadDim / 32; ++t) acc[t] = 0;
+#pragma unroll 4
+    for (int c = 0; c < n_chunks; ++c) {
+      const float* p = parts + c * (hd + 2);
+      const float w = p[1] > 0 ? expf(p[0] - m) : 0.0f;
+#pragma unroll
+      for (int t = 0; t < kMaxHeadDim / 32; ++t) {
+        if (32 * t + Lane() < hd && p[1] > 0) acc[t] += p[2 + Lane() + 32 * t] * w;
       }
-      float y = acc / l;
+    }
+#pragma unroll
+    for (int t = 0; t < kMaxHeadDim / 32; ++t) {
+      const int d = Lane() + 32 * t;
+      if (d >= hd) continue;
+      float y = acc[t] / l;
       if (D.gated_attention) y *= Sigmoid(gate[d]);
       out[d] = y;
     }
