@@ -14,14 +14,16 @@
 namespace tandem::experts {
 namespace {
 
-// hot: one 64-row matrix (≤ 150 KiB at k = 2048), reused every iteration, so it stays in L2.
-void BM_Dot(benchmark::State& state, quant::GgmlType type, Isa isa, bool hot) {
+// hot: one matrix of ≤ 150 KiB (64 rows at k = 2048), reused every iteration, so it stays in L2.
+// k = 2048: the gate/up shape (768 rows cold); k = 768: the down shape (2048 rows cold), whose
+// three-block rows weigh the per-row costs (reduction, store) three times as much.
+void BM_Dot(benchmark::State& state, quant::GgmlType type, Isa isa, bool hot, int64_t k) {
   if (!CpuSupports(isa)) {
     state.SkipWithError("CPU lacks this ISA");
     return;
   }
   const int n_act = static_cast<int>(state.range(0));
-  const int64_t k = 2048, rows = hot ? 64 : 768;
+  const int64_t rows = hot ? 64 * 2048 / k : 768 * 2048 / k;
   const int64_t row_bytes = quant::RowBytes(type, k);
   const int64_t matrix_bytes = rows * row_bytes;
   const int copies = hot ? 1 : static_cast<int>((256ll << 20) / matrix_bytes) + 1;  // > any L3
@@ -67,12 +69,12 @@ void BM_StreamRead(benchmark::State& state) {
 BENCHMARK(BM_StreamRead)->Unit(benchmark::kMillisecond);
 
 #define TANDEM_DOT_BENCH(type, isa)                                                          \
-  BENCHMARK_CAPTURE(BM_Dot, type##_##isa, quant::GgmlType::k##type, Isa::k##isa, false)      \
+  BENCHMARK_CAPTURE(BM_Dot, type##_##isa, quant::GgmlType::k##type, Isa::k##isa, false, 2048) \
       ->Arg(1)                                                                               \
       ->Arg(2)                                                                               \
       ->Arg(4)                                                                               \
       ->Arg(8);                                                                              \
-  BENCHMARK_CAPTURE(BM_Dot, type##_##isa##_hot, quant::GgmlType::k##type, Isa::k##isa, true) \
+  BENCHMARK_CAPTURE(BM_Dot, type##_##isa##_hot, quant::GgmlType::k##type, Isa::k##isa, true, 2048) \
       ->Arg(1)                                                                               \
       ->Arg(2)                                                                               \
       ->Arg(4)                                                                               \
@@ -94,6 +96,18 @@ TANDEM_DOT_BENCH(F16, Avx2);
 TANDEM_DOT_BENCH(F16, Avx512);
 TANDEM_DOT_BENCH(BF16, Avx2);
 TANDEM_DOT_BENCH(BF16, Avx512);
+
+// The down projection's shape (k = 768), 1 and 4 activation rows.
+#define TANDEM_DOWN_BENCH(type, isa)                                                                 \
+  BENCHMARK_CAPTURE(BM_Dot, type##_##isa##_down, quant::GgmlType::k##type, Isa::k##isa, false, 768)  \
+      ->Arg(1)                                                                                       \
+      ->Arg(4);                                                                                      \
+  BENCHMARK_CAPTURE(BM_Dot, type##_##isa##_down_hot, quant::GgmlType::k##type, Isa::k##isa, true, 768) \
+      ->Arg(1)                                                                                       \
+      ->Arg(4)
+TANDEM_DOWN_BENCH(Q4_K, Avx2);
+TANDEM_DOWN_BENCH(Q4_K, Avx512);
+TANDEM_DOWN_BENCH(Q3_K, Avx512);
 
 }  // namespace
 }  // namespace tandem::experts
