@@ -1,9 +1,11 @@
-// The expert pool (see pool.h). One layer is one "job" of numbered work items in four phases:
+// The expert pool (see pool.h). One layer is one "job" of numbered work items in five phases:
 //   X: quantise input row i            (n_rows items)
 //   A: gate/up rows of one ff slice of one group (≤ kMaxTileRows rows sharing an expert), write
 //      silu(g)·u into the group's intermediate rows
 //   Q: quantise one job's intermediate row for down
-//   B: down rows of one output-column slice for every group, accumulated into out
+//   B: down rows of one output-column slice of one group, into the group's job slots' partials
+//      (one contiguous run of one expert per item)
+//   C: one output-column slice: out[row] += weight · partial for every job, in job order
 // Items are claimed in order from one atomic word; an item of phase P first waits until every item
 // of phase P-1 is done. Claimed items are always being worked on, so the waits cannot deadlock, and
 // the caller's thread claims items too, so a job finishes even if no worker shows up.
@@ -40,6 +42,7 @@ namespace {
 constexpr int kMinSlice = 32;
 constexpr int kMaxSlice = 128;
 constexpr int kItemsPerThread = 3;
+constexpr int kPhases = 5;  // X, A, Q, B, C (file comment)
 
 int SliceFor(int64_t work_rows, int threads) {
   int slice = kMinSlice;
@@ -190,21 +193,22 @@ struct ExpertPool::Impl {
   std::atomic<int> resident{0};    // workers inside their loop
   std::atomic<int> live_tasks{0};  // enqueued worker tasks not yet returned
   std::atomic<bool> stop{false};
-  // The claim word and per-phase completion counters (phase 0..3 = X, A, Q, B).
+  // The claim word and per-phase completion counters (phase 0..4 = X, A, Q, B, C).
   alignas(64) std::atomic<uint64_t> work{0};
-  alignas(64) std::atomic<uint32_t> done[4] = {};
+  alignas(64) std::atomic<uint32_t> done[kPhases] = {};
   alignas(64) std::atomic<uint32_t> done_total{0};
   uint64_t epoch = 0;  // written by the caller only
   bool noop = false;   // RunEmpty's job: items do nothing
 
   // The current job, stable while any of its items is not done.
-  uint32_t phase_end[4] = {};  // cumulative item counts
+  uint32_t phase_end[kPhases] = {};  // cumulative item counts
   const ExpertWeights* w = nullptr;
   const float* x = nullptr;
   float* out = nullptr;
   DotFn gate_up_dot = nullptr, down_dot = nullptr;
-  int n_rows = 0, n_jobs = 0, n_groups = 0, ff_slices = 0, out_slices = 0;
-  int ff_slice = 0, out_slice = 0;  // rows per phase-A item, output columns per phase-B item
+  int n_rows = 0, n_jobs = 0, n_groups = 0, ff_slices = 0, out_slices = 0, sum_slices = 0;
+  // Rows per phase-A item, output columns per phase-B item (of one group) and per phase-C item.
+  int ff_slice = 0, out_slice = 0, sum_slice = 0;
   int64_t xq_stride = 0, hq_stride = 0;
 
   // Scratch.
@@ -373,7 +377,7 @@ void ExpertPool::RunEmpty() {
   // One no-op item per thread: the claim, completion count and join a real layer pays.
   const uint32_t items = static_cast<uint32_t>(threads());
   impl.noop = true;
-  impl.phase_end[0] = impl.phase_end[1] = impl.phase_end[2] = impl.phase_end[3] = items;
+  for (uint32_t& end : impl.phase_end) end = items;
   Post(items);
   impl.noop = false;
 }
@@ -416,9 +420,11 @@ absl::Status ExpertPool::Run(const ExpertWeights& w, std::span<const ExpertJob> 
   impl.n_jobs = static_cast<int>(impl.sorted.size());
   impl.n_groups = static_cast<int>(impl.groups.size());
   impl.ff_slice = SliceFor(w.n_ff * impl.n_groups, threads());
-  impl.out_slice = SliceFor(w.hidden, threads());
+  impl.out_slice = SliceFor(w.hidden * impl.n_groups, threads());
+  impl.sum_slice = SliceFor(w.hidden, threads());
   impl.ff_slices = static_cast<int>((w.n_ff + impl.ff_slice - 1) / impl.ff_slice);
   impl.out_slices = static_cast<int>((w.hidden + impl.out_slice - 1) / impl.out_slice);
+  impl.sum_slices = static_cast<int>((w.hidden + impl.sum_slice - 1) / impl.sum_slice);
   impl.xq_stride = (ActivationRowBytes(w.gate.type, w.hidden) + 63) / 64 * 64;
   impl.hq_stride = (ActivationRowBytes(w.down.type, w.n_ff) + 63) / 64 * 64;
   impl.xq.Reserve(static_cast<size_t>(n_rows) * impl.xq_stride);
@@ -429,7 +435,7 @@ absl::Status ExpertPool::Run(const ExpertWeights& w, std::span<const ExpertJob> 
 
   const uint64_t total = static_cast<uint64_t>(n_rows) +
                          static_cast<uint64_t>(impl.n_groups) * impl.ff_slices + impl.n_jobs +
-                         impl.out_slices;
+                         static_cast<uint64_t>(impl.n_groups) * impl.out_slices + impl.sum_slices;
   if (total > kMaxItems) {
     return absl::ResourceExhaustedError(absl::StrCat("expert pool: a layer of ", total,
                                                      " work items exceeds ", kMaxItems));
@@ -437,7 +443,8 @@ absl::Status ExpertPool::Run(const ExpertWeights& w, std::span<const ExpertJob> 
   impl.phase_end[0] = n_rows;
   impl.phase_end[1] = impl.phase_end[0] + impl.n_groups * impl.ff_slices;
   impl.phase_end[2] = impl.phase_end[1] + impl.n_jobs;
-  impl.phase_end[3] = impl.phase_end[2] + impl.out_slices;
+  impl.phase_end[3] = impl.phase_end[2] + impl.n_groups * impl.out_slices;
+  impl.phase_end[4] = impl.phase_end[3] + impl.sum_slices;
   Post(static_cast<uint32_t>(total));
   return absl::OkStatus();
 }
@@ -477,11 +484,11 @@ void ExpertPool::RunItem(uint32_t item) {
                         impl.hq.data() + slot * impl.hq_stride);
     return;
   }
-  // B: output columns [c0, c0 + nc) of every group, accumulated in group order (deterministic).
-  const int64_t c0 = static_cast<int64_t>(item - impl.phase_end[2]) * impl.out_slice;
-  const int nc = static_cast<int>(std::min<int64_t>(impl.out_slice, w.hidden - c0));
-  for (int gi = 0; gi < impl.n_groups; ++gi) {
-    const Group& g = impl.groups[gi];
+  if (item < impl.phase_end[3]) {  // B: output columns [c0, c0 + nc) of one group
+    const uint32_t i = item - impl.phase_end[2];
+    const Group& g = impl.groups[i / impl.out_slices];
+    const int64_t c0 = static_cast<int64_t>(i % impl.out_slices) * impl.out_slice;
+    const int nc = static_cast<int>(std::min<int64_t>(impl.out_slice, w.hidden - c0));
     const uint8_t* act[kMaxTileRows];
     for (int a = 0; a < g.count; ++a) {
       act[a] = impl.hq.data() + static_cast<int64_t>(g.first + a) * impl.hq_stride;
@@ -489,11 +496,16 @@ void ExpertPool::RunItem(uint32_t item) {
     float* part = impl.down.data() + static_cast<int64_t>(g.first) * w.hidden + c0;
     impl.down_dot(w.down.Expert(g.expert) + c0 * w.down.row_bytes, w.down.row_bytes, nc, w.n_ff,
                   act, g.count, part, w.hidden);
-    for (int a = 0; a < g.count; ++a) {
-      const ExpertJob& job = impl.sorted[g.first + a];
-      float* o = impl.out + static_cast<int64_t>(job.row) * w.hidden + c0;
-      for (int c = 0; c < nc; ++c) o[c] += job.weight * part[a * w.hidden + c];
-    }
+    return;
+  }
+  // C: output columns [c0, c0 + nc), every job's weighted partial in job order (deterministic).
+  const int64_t c0 = static_cast<int64_t>(item - impl.phase_end[3]) * impl.sum_slice;
+  const int nc = static_cast<int>(std::min<int64_t>(impl.sum_slice, w.hidden - c0));
+  for (int j = 0; j < impl.n_jobs; ++j) {
+    const ExpertJob& job = impl.sorted[j];
+    const float* part = impl.down.data() + static_cast<int64_t>(j) * w.hidden + c0;
+    float* o = impl.out + static_cast<int64_t>(job.row) * w.hidden + c0;
+    for (int c = 0; c < nc; ++c) o[c] += job.weight * part[c];
   }
 }
 
