@@ -72,7 +72,7 @@ uint32_t NextOf(uint64_t w) { return static_cast<uint32_t>(w & kItemMask); }
 // No-ops outside TSan builds. What TSan still reports inside TBB's own headers is suppressed,
 // line by line with reasons, in tests/experts/tsan.supp.
 enum class TbbEdge { kEnqueued, kObserverReady, kObserverExited };
-char tbb_edge_keys[3];
+[[maybe_unused]] char tbb_edge_keys[3];  // used in TSan builds only
 void TbbRelease(TbbEdge edge) {
 #if defined(__SANITIZE_THREAD__)
   __tsan_release(&tbb_edge_keys[static_cast<int>(edge)]);

@@ -1,6 +1,7 @@
 // Small helpers shared by the subcommands: one-line errors, engine flags, atomic file output.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -24,6 +25,10 @@ absl::StatusOr<std::unique_ptr<engine::Engine>> LoadEngine(engine::EngineOptions
 
 // "1,2,3" -> {1,2,3}; clear error on anything else.
 absl::StatusOr<std::vector<int32_t>> ParseTokenList(const std::string& text);
+
+// Wall-clock timing for the benchmarks.
+using Clock = std::chrono::steady_clock;
+inline double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 // Writes bytes to `path` through a temporary file and a rename, so no half-written file is left.
 absl::Status WriteFileAtomically(const std::string& path, std::span<const uint8_t> bytes);

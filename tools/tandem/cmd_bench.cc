@@ -15,13 +15,11 @@
 #include "experts/pool.h"
 #include "nlohmann/json.hpp"
 #include "runtime/quant/codec.h"
+#include "tools/tandem/cli_util.h"
 #include "tools/tandem/commands.h"
 
 namespace tandem::cli {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 struct Options {
   std::string json;

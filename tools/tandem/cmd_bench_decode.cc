@@ -35,9 +35,6 @@ struct Options {
 };
 
 #if defined(TANDEM_WITH_CUDA)
-using Clock = std::chrono::steady_clock;
-double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
 // Weight bytes one B=1 decode step reads: every dense tensor, the k chosen experts of each layer,
 // one embedding row.
 uint64_t WeightBytesPerToken(const model::Model& m) {
