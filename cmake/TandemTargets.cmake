@@ -20,8 +20,14 @@ function(tandem_test name)
   if(ARG_LABELS)
     set(labels ${ARG_LABELS})
   endif()
+  set(environment "")
+  if(TANDEM_SANITIZE MATCHES "address")
+    # Third-party leaks only, each with its reason (tests/lsan.supp).
+    set(environment "LSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tests/lsan.supp")
+  endif()
   gtest_discover_tests(${name} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
-                       PROPERTIES LABELS "${labels}" DISCOVERY_TIMEOUT 60)
+                       PROPERTIES LABELS "${labels}" ENVIRONMENT "${environment}"
+                       DISCOVERY_TIMEOUT 60)
 endfunction()
 
 # tandem_fuzzer(NAME SOURCES ... DEPS ...): a libFuzzer target, built only with TANDEM_FUZZ=ON (clang).
