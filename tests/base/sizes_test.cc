@@ -18,7 +18,9 @@ TEST(ParseBytes, RejectsGarbageWithClearMessage) {
   for (const char* bad : {"", "GiB", "12XB", "1e99GB", "-3GB", "1..2GB"}) {
     auto r = ParseBytes(bad);
     EXPECT_FALSE(r.ok()) << bad;
-    if (!r.ok()) EXPECT_NE(r.status().message().find("bad size"), std::string::npos);
+    if (!r.ok()) {
+      EXPECT_NE(r.status().message().find("bad size"), std::string::npos);
+    }
   }
 }
 

@@ -1,8 +1,8 @@
 // The cuda backend end to end against the reference: logits of the transformers fixtures (f32
 // weights: fp32 math, within 1e-3 of the largest logit), every tiny synthetic shape (q8_0, int8
 // activations: a looser stated bound), greedy agreement for 64 steps with near-ties reported,
-// a 4-row verify step against four single steps, DeltaNet rollback, and per-op mode against the
-// megakernel. GPU suite: skips with a message where no CUDA device is usable.
+// a 4-row verify step against four single steps, DeltaNet rollback, per-op mode against the
+// megakernel, and the bench's phase timeline. GPU suite: skips with a message where no CUDA device is usable.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 #include <fstream>
 #include <random>
 
+#include "megakernel/launch.h"
 #include "megakernel/runner.h"
 #include "nlohmann/json.hpp"
 #include "runtime/engine/engine.h"
@@ -233,6 +234,40 @@ TEST(CudaRunnerTest, DeltaNetRollbackRestoresTheExactState) {
     ASSERT_TRUE(gpu->Forward(std::span(tokens).subspan(7, 1), 7, false, &b, nullptr, nullptr, nullptr).ok());
     EXPECT_EQ(a, b) << shape;
   }
+}
+
+// The bench's phase timeline: with it on, a step leaves a stamp at every phase start and at the
+// end of every layer-half launch, in launch order, and its logits are those of a step without it.
+TEST(CudaRunnerTest, PhaseTimelineStampsEveryPhaseInOrder) {
+  SKIP_WITHOUT_GPU();
+  auto e = Load("synth:tiny-qwen3next", "cuda", "megakernel");  // attention and DeltaNet layers
+  ASSERT_NE(e, nullptr);
+  megakernel::GpuRunner* gpu = e->gpu();
+  const model::HParams& hp = e->hparams();
+  const auto tokens = RandomTokens(3, hp.n_vocab, 17);
+  std::vector<float> plain, timed;
+  ASSERT_TRUE(gpu->Reset().ok());
+  ASSERT_TRUE(gpu->Forward(tokens, 0, false, &plain, nullptr, nullptr, nullptr).ok());
+  ASSERT_TRUE(gpu->set_timeline(true).ok());
+  ASSERT_TRUE(gpu->Reset().ok());
+  ASSERT_TRUE(gpu->Forward(tokens, 0, false, &timed, nullptr, nullptr, nullptr).ok());
+  EXPECT_EQ(plain, timed);
+  auto stamps = gpu->ReadTimeline();
+  ASSERT_TRUE(stamps.ok()) << stamps.status();
+  uint64_t previous = 0;
+  for (int il = 0; il < hp.n_layer; ++il) {
+    for (int half = 0; half < 2; ++half) {
+      const int phases = megakernel::PhaseCount(
+          half == 1 ? megakernel::Half::kMoe : megakernel::Half::kMixer, hp.IsRecurrentLayer(il));
+      for (int slot = 0; slot <= phases; ++slot) {
+        const uint64_t t = (*stamps)[static_cast<size_t>(2 * il + half) * megakernel::kTimelineSlots + slot];
+        EXPECT_GT(t, 0u) << "layer " << il << " half " << half << " slot " << slot;
+        EXPECT_GE(t, previous) << "layer " << il << " half " << half << " slot " << slot;
+        previous = t;
+      }
+    }
+  }
+  ASSERT_TRUE(gpu->set_timeline(false).ok());
 }
 
 // Per-op mode runs the same device code one phase per launch: identical logits; graphs change
