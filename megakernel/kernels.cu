@@ -16,13 +16,10 @@ namespace {
 
 namespace cg = cooperative_groups;
 
-__device__ __forceinline__ int PhaseCountOf(const MixerArgs& a) {
-  return a.recurrent ? kDeltaNetPhases : kAttentionPhases;
-}
-
 // Block 0's %globaltimer (ns) at the start of phase `slot` of a layer half, or at the end of the
 // launch (slot = end phase), when the timeline is on. Block 0 leaves each grid barrier when the
-// whole grid has arrived, so consecutive stamps are phase times including the barrier.
+// whole grid has arrived, so consecutive stamps are phase times including the barrier. In per-op
+// mode a launch's end stamp is overwritten by the next phase's start, so the slots mean the same.
 __device__ __forceinline__ void Stamp(uint64_t* timeline, int layer, int half, int slot) {
   if (timeline == nullptr || blockIdx.x != 0 || threadIdx.x != 0) return;
   uint64_t t;
@@ -39,7 +36,7 @@ __global__ void __launch_bounds__(kBlockThreads) MixerKernel(const __grid_consta
     Stamp(args.s.timeline, args.layer, 0, p);
     MixerPhase<R>(args, p, smem);
   }
-  if (end == PhaseCountOf(args)) Stamp(args.s.timeline, args.layer, 0, end);
+  Stamp(args.s.timeline, args.layer, 0, end);
 }
 
 template <int R>
@@ -51,7 +48,7 @@ __global__ void __launch_bounds__(kBlockThreads) MoeKernel(const __grid_constant
     Stamp(args.s.timeline, args.layer, 1, p);
     MoePhase<R>(args, p, smem);
   }
-  if (end == kMoePhases) Stamp(args.s.timeline, args.layer, 1, end);
+  Stamp(args.s.timeline, args.layer, 1, end);
 }
 
 template <int R>
@@ -102,29 +99,40 @@ const void* KernelOf(Half half, int rows_variant) {
   return nullptr;
 }
 
-// Launches phases of one half: all at once cooperatively, or one ordinary launch per phase.
-template <typename Args>
-cudaError_t LaunchPhases(const void* kernel, const Args& args, int n_phases, KernelMode mode,
-                         const LaunchShape& shape, cudaStream_t stream) {
+// One launch of `kernel` with `grid` blocks of kBlockThreads; cooperative (grid barriers allowed)
+// when asked.
+cudaError_t Launch(const void* kernel, int grid, int64_t smem, bool cooperative, void** params,
+                   cudaStream_t stream) {
   cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(shape.grid);
+  config.gridDim = dim3(grid);
   config.blockDim = dim3(kBlockThreads);
-  config.dynamicSmemBytes = static_cast<size_t>(shape.smem);
+  config.dynamicSmemBytes = static_cast<size_t>(smem);
   config.stream = stream;
   cudaLaunchAttribute attribute[1];
   attribute[0].id = cudaLaunchAttributeCooperative;
   attribute[0].val.cooperative = 1;
-  if (mode == KernelMode::kMegakernel) {
+  if (cooperative) {
     config.attrs = attribute;
     config.numAttrs = 1;
+  }
+  return cudaLaunchKernelExC(&config, kernel, params);
+}
+
+// Launches phases of one half: all at once cooperatively, or one ordinary launch per phase.
+template <typename Args>
+cudaError_t LaunchPhases(const void* kernel, const Args& args, int n_phases, KernelMode mode,
+                         const LaunchShape& shape, cudaStream_t stream) {
+  if (mode == KernelMode::kMegakernel) {
     int begin = 0, end = n_phases;
     void* params[] = {const_cast<Args*>(&args), &begin, &end};
-    return cudaLaunchKernelExC(&config, kernel, params);
+    return Launch(kernel, shape.grid, shape.smem, true, params, stream);
   }
   for (int p = 0; p < n_phases; ++p) {
     int begin = p, end = p + 1;
     void* params[] = {const_cast<Args*>(&args), &begin, &end};
-    if (cudaError_t e = cudaLaunchKernelExC(&config, kernel, params); e != cudaSuccess) return e;
+    if (cudaError_t e = Launch(kernel, shape.grid, shape.smem, false, params, stream); e != cudaSuccess) {
+      return e;
+    }
   }
   return cudaSuccess;
 }
@@ -202,17 +210,8 @@ cudaError_t LaunchMatVec(const Matrix& m, const float* x, int n_rows, float* out
 }
 
 cudaError_t LaunchBarrierProbe(int grid, int n_syncs, cudaStream_t stream) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(grid);
-  config.blockDim = dim3(kBlockThreads);
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeCooperative;
-  attribute[0].val.cooperative = 1;
-  config.attrs = attribute;
-  config.numAttrs = 1;
   void* params[] = {&n_syncs};
-  return cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(&BarrierProbeKernel), params);
+  return Launch(reinterpret_cast<const void*>(&BarrierProbeKernel), grid, 0, true, params, stream);
 }
 
 cudaError_t LaunchEmbed(const HeadArgs& args, cudaStream_t stream) {

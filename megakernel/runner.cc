@@ -334,8 +334,10 @@ void GpuRunner::set_mode(KernelMode mode) {
   graphs_.clear();
 }
 
+size_t GpuRunner::TimelineStamps() const { return size_t{kTimelineSlots} * 2 * dims_.n_layer; }
+
 absl::Status GpuRunner::set_timeline(bool on) {
-  const size_t bytes = sizeof(uint64_t) * kTimelineSlots * 2 * dims_.n_layer;
+  const size_t bytes = sizeof(uint64_t) * TimelineStamps();
   if (on && timeline_ == nullptr) {
     TANDEM_CUDA_RETURN_IF_ERROR(cudaMalloc(&timeline_, bytes));
     allocations_.push_back(timeline_);
@@ -352,7 +354,7 @@ absl::Status GpuRunner::set_timeline(bool on) {
 
 absl::StatusOr<std::vector<uint64_t>> GpuRunner::ReadTimeline() const {
   if (timeline_ == nullptr) return absl::FailedPreconditionError("the phase timeline is off");
-  std::vector<uint64_t> stamps(static_cast<size_t>(kTimelineSlots) * 2 * dims_.n_layer);
+  std::vector<uint64_t> stamps(TimelineStamps());
   TANDEM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   TANDEM_CUDA_RETURN_IF_ERROR(
       cudaMemcpy(stamps.data(), timeline_, stamps.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost));

@@ -89,6 +89,7 @@ class GpuRunner {
   // Copies the forward pass's tensors to the card; weight_bytes (PlanVram's) is the progress total.
   absl::Status Upload(const model::Model& model, uint64_t weight_bytes);
   absl::Status AllocateState();
+  size_t TimelineStamps() const;  // entries of the timeline buffer
   absl::Status Step(int n_rows, bool with_head);
   absl::Status EnqueueStep(int n_rows, bool with_head);
   float* AllocF32(uint64_t count, uint64_t* counter);
