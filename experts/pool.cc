@@ -32,13 +32,15 @@
 namespace tandem::experts {
 namespace {
 
-// Rows of gate/up per phase-A item and output columns per phase-B item: the largest power of two
-// in [kMinSlice, kMaxSlice] that still gives every thread kItemsPerThread items of the phase.
+// Rows of gate/up per phase-A item and output columns per phase-B item (of one group): the
+// largest power of two in [kMinSlice, kMaxSlice] that still gives every thread kItemsPerThread
+// items of the phase.
 // Small slices keep a single expert spread over every thread of a many-core host; large ones let
 // each item stream a long contiguous run (the hardware prefetcher restarts at every item). On the
 // 2-core VM, 32-row slices for 10 Q4_K experts at 1 row reached 0.32-0.62 of stream, 128-row
 // slices 0.82-0.87 (tandem bench experts, 2026-11-29, docs/perf/experts.md); on 16 threads this
-// rule keeps 32 for phase B and for a single expert.
+// rule keeps 32 for a single expert and gives 128 (one 55 KB run per phase-B item) for 10.
+// Phase-C items (output columns of the weighted sum) use the same rule over the hidden size.
 constexpr int kMinSlice = 32;
 constexpr int kMaxSlice = 128;
 constexpr int kItemsPerThread = 3;

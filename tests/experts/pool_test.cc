@@ -1,6 +1,7 @@
 // The pool against the fp32 reference of the same experts: every format, rows 1..8 and 33, experts
 // shared by several rows (and one row choosing an expert twice), thread counts 1, 2 and all (which
-// must give bit-identical results), the scalar, each forced SIMD and the best ISA, outputs accumulated onto random data.
+// must give bit-identical results), the scalar, each forced SIMD and the best ISA, outputs
+// accumulated onto random data.
 // Prefill-sized layers (200 and 512 rows, one expert chosen by every row: the tiled kernels and
 // groups cut at kMaxTileRows) against the single-threaded scalar pool.
 #include "experts/pool.h"

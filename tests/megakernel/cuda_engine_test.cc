@@ -2,7 +2,8 @@
 // weights: fp32 math, within 1e-3 of the largest logit), every tiny synthetic shape (q8_0, int8
 // activations: a looser stated bound), greedy agreement for 64 steps with near-ties reported,
 // a 4-row verify step against four single steps, DeltaNet rollback, per-op mode against the
-// megakernel, and the bench's phase timeline. GPU suite: skips with a message where no CUDA device is usable.
+// megakernel, and the bench's phase timeline. GPU suite: skips with a message where no CUDA
+// device is usable.
 #include <gtest/gtest.h>
 
 #include <algorithm>
