@@ -12,8 +12,11 @@
 
 namespace tandem::megakernel {
 
+// A warp's index in the grid's work loops, block-minor: warp w of block b is w * gridDim.x + b,
+// so the first units of a phase land on warp 0 of every block (every multiprocessor) instead of
+// on all warps of the first few blocks.
 __device__ __forceinline__ int GlobalWarp() {
-  return static_cast<int>(blockIdx.x) * kWarpsPerBlock + static_cast<int>(threadIdx.x) / 32;
+  return static_cast<int>(threadIdx.x) / 32 * static_cast<int>(gridDim.x) + static_cast<int>(blockIdx.x);
 }
 __device__ __forceinline__ int GridWarps() { return static_cast<int>(gridDim.x) * kWarpsPerBlock; }
 __device__ __forceinline__ int Lane() { return static_cast<int>(threadIdx.x) & 31; }

@@ -178,7 +178,10 @@ __device__ void AttentionPartials(const MixerArgs& A) {
   }
 }
 
-// Attention phase 3: merge the chunks of each (row, head), apply the sigmoid output gate.
+// Attention phase 3: merge the chunks of each (row, head), apply the sigmoid output gate. A warp
+// per (row, head, 32 head dimensions), so that B · n_head · head_dim / 32 warps share the merge
+// (a warp per (row, head) left 32 warps busy for 11 us per layer at 512 keys: phase timeline,
+// 2026-11-29); each lane's dimension sums its chunks in order, as before.
 __device__ void AttentionCombine(const MixerArgs& A) {
   const ModelDims& D = A.dims;
   const int B = A.in->n_rows, hd = D.head_dim, nh = D.n_head;
@@ -186,42 +189,32 @@ __device__ void AttentionCombine(const MixerArgs& A) {
   const int n_keys_max = A.in->first_pos + B;
   const int chunk = AttentionChunk(n_keys_max, B, nh);
   const int n_chunks = (n_keys_max + chunk - 1) / chunk;
-  for (int it = GlobalWarp(); it < B * nh; it += GridWarps()) {
-    const int h = it % nh, r = it / nh;
-    const float* parts = A.s.attn_part + (static_cast<int64_t>(r) * nh + h) * A.s.n_chunks_max * (hd + 2);
+  const int parts = (hd + 31) / 32;
+  for (int it = GlobalWarp(); it < B * nh * parts; it += GridWarps()) {
+    const int part = it % parts, h = (it / parts) % nh, r = it / (parts * nh);
+    const float* chunks = A.s.attn_part + (static_cast<int64_t>(r) * nh + h) * A.s.n_chunks_max * (hd + 2);
     float m = -INFINITY;
-    for (int c = Lane(); c < n_chunks; c += 32) m = fmaxf(m, parts[c * (hd + 2)]);
+    for (int c = Lane(); c < n_chunks; c += 32) m = fmaxf(m, chunks[c * (hd + 2)]);
     m = WarpMax(m);
     float l = 0;
     for (int c = Lane(); c < n_chunks; c += 32) {
-      const float* p = parts + c * (hd + 2);
+      const float* p = chunks + c * (hd + 2);
       if (p[1] > 0) l += p[1] * expf(p[0] - m);
     }
     l = WarpSum(l);
-    const float* gate = A.s.proj + static_cast<int64_t>(r) * A.s.proj_stride + h * q_stride + hd;
-    float* out = A.s.mix + static_cast<int64_t>(r) * nh * hd + h * hd;
-    // Chunks outer, head dimensions inner (lane d, d + 32, ...), four chunks' loads in flight at
-    // a time; each dimension still sums its chunks in order.
-    float acc[kMaxHeadDim / 32];
-#pragma unroll
-    for (int t = 0; t < kMaxHeadDim / 32; ++t) acc[t] = 0;
-#pragma unroll 4
+    const int d = 32 * part + Lane();
+    if (d >= hd) continue;
+    float acc = 0;
+#pragma unroll 8
     for (int c = 0; c < n_chunks; ++c) {
-      const float* p = parts + c * (hd + 2);
-      const float w = p[1] > 0 ? expf(p[0] - m) : 0.0f;
-#pragma unroll
-      for (int t = 0; t < kMaxHeadDim / 32; ++t) {
-        if (32 * t + Lane() < hd && p[1] > 0) acc[t] += p[2 + Lane() + 32 * t] * w;
-      }
+      const float* p = chunks + c * (hd + 2);
+      if (p[1] > 0) acc += p[2 + d] * expf(p[0] - m);
     }
-#pragma unroll
-    for (int t = 0; t < kMaxHeadDim / 32; ++t) {
-      const int d = Lane() + 32 * t;
-      if (d >= hd) continue;
-      float y = acc[t] / l;
-      if (D.gated_attention) y *= Sigmoid(gate[d]);
-      out[d] = y;
+    float y = acc / l;
+    if (D.gated_attention) {
+      y *= Sigmoid(A.s.proj[static_cast<int64_t>(r) * A.s.proj_stride + h * q_stride + hd + d]);
     }
+    A.s.mix[static_cast<int64_t>(r) * nh * hd + h * hd + d] = y;
   }
 }
 
