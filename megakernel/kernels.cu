@@ -83,18 +83,24 @@ __global__ void __launch_bounds__(kBlockThreads) BarrierProbeKernel(int n_syncs)
   for (int i = 0; i < n_syncs; ++i) cg::this_grid().sync();
 }
 
-const void* KernelOf(Half half, int rows_variant) {
-  const bool one = rows_variant == 1;
+template <int R>
+const void* KernelOfRows(Half half) {
   switch (half) {
-    case Half::kMixer:
-      return one ? reinterpret_cast<const void*>(&MixerKernel<1>)
-                 : reinterpret_cast<const void*>(&MixerKernel<kMaxRows>);
-    case Half::kMoe:
-      return one ? reinterpret_cast<const void*>(&MoeKernel<1>)
-                 : reinterpret_cast<const void*>(&MoeKernel<kMaxRows>);
-    case Half::kHead:
-      return one ? reinterpret_cast<const void*>(&HeadKernel<1>)
-                 : reinterpret_cast<const void*>(&HeadKernel<kMaxRows>);
+    case Half::kMixer: return reinterpret_cast<const void*>(&MixerKernel<R>);
+    case Half::kMoe: return reinterpret_cast<const void*>(&MoeKernel<R>);
+    case Half::kHead: return reinterpret_cast<const void*>(&HeadKernel<R>);
+  }
+  return nullptr;
+}
+
+// The kernel of one half for one of kRowsVariants.
+const void* KernelOf(Half half, int rows_variant) {
+  static_assert(kNumRowsVariants == 3 && kRowsVariants[1] == 4 && kRowsVariants[2] == kMaxRows,
+                "KernelOf instantiates exactly kRowsVariants");
+  switch (rows_variant) {
+    case 1: return KernelOfRows<1>(half);
+    case 4: return KernelOfRows<4>(half);
+    case kMaxRows: return KernelOfRows<kMaxRows>(half);
   }
   return nullptr;
 }

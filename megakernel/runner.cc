@@ -300,8 +300,8 @@ absl::Status GpuRunner::AllocateState() {
   head_.in = step_dev_;
 
   // Launch shapes per rows variant: the largest shared-memory need of any phase.
-  for (int v = 0; v < 2; ++v) {
-    const int R = v == 0 ? 1 : kMaxRows;
+  for (int v = 0; v < kNumRowsVariants; ++v) {
+    const int R = kRowsVariants[v];
     const int64_t mixer_smem =
         std::max({ActSetBytes(R, d.n_embd, true), ActSetBytes(R, d.n_head * d.head_dim, false),
                   hp.is_hybrid() ? ActSetBytes(R, d_inner, true) : int64_t{0}});
@@ -388,7 +388,7 @@ int GpuRunner::BarriersPerStep(bool with_head) const {
 
 absl::Status GpuRunner::EnqueueStep(int n_rows, bool with_head) {
   const int R = RowsVariant(n_rows);
-  const int v = R == 1 ? 0 : 1;
+  const int v = RowsVariantIndex(n_rows);
   TANDEM_CUDA_RETURN_IF_ERROR(LaunchEmbed(head_, stream_));
   for (int il = 0; il < dims_.n_layer; ++il) {
     TANDEM_CUDA_RETURN_IF_ERROR(LaunchMixer(mixer_[il], R, options_.mode, mixer_shape_[v], stream_));
@@ -496,7 +496,7 @@ absl::Status GpuRunner::RunLayerHalf(int layer, bool moe, std::span<const float>
   in.n_rows = n_rows;
   in.first_pos = first_pos;
   const int R = RowsVariant(n_rows);
-  const int v = R == 1 ? 0 : 1;
+  const int v = RowsVariantIndex(n_rows);
   TANDEM_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(step_dev_, step_host_, sizeof(StepInput), cudaMemcpyHostToDevice, stream_));
   TANDEM_CUDA_RETURN_IF_ERROR(

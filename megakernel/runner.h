@@ -107,7 +107,8 @@ class GpuRunner {
   cudaStream_t stream_ = nullptr;
   uint64_t* timeline_ = nullptr;  // set_timeline's buffer (in allocations_)
   std::vector<void*> allocations_;
-  LaunchShape mixer_shape_[2], moe_shape_[2], head_shape_[2];  // [variant 1, kMaxRows]
+  // [RowsVariantIndex]
+  LaunchShape mixer_shape_[kNumRowsVariants], moe_shape_[kNumRowsVariants], head_shape_[kNumRowsVariants];
   std::map<std::pair<int, bool>, std::unique_ptr<Graph>> graphs_;  // (variant, head)
   VramUse vram_;
   uint64_t conv_state_floats_ = 0, ssm_state_floats_ = 0;
