@@ -6,9 +6,12 @@
 //   B: down rows of one output-column slice of one group, into the group's job slots' partials
 //      (one contiguous run of one expert per item)
 //   C: one output-column slice: out[row] += weight · partial for every job, in job order
-// Items are claimed in order from one atomic word; an item of phase P first waits until every item
-// of phase P-1 is done. Claimed items are always being worked on, so the waits cannot deadlock, and
-// the caller's thread claims items too, so a job finishes even if no worker shows up.
+// Items are claimed in order from one atomic word. An item waits only for what it reads: A for
+// every X item, Q for its group's A items, B for its group's Q items, C for every B item. So a
+// thread that runs out of A items starts on the first groups' down rows while the last gate/up
+// items finish, instead of idling at a phase boundary. Claimed items are always being worked on
+// and wait only for earlier items, so the waits cannot deadlock, and the caller's thread claims
+// items too, so a job finishes even if no worker shows up.
 #include "experts/pool.h"
 
 #include <hwloc.h>
@@ -45,6 +48,13 @@ constexpr int kMinSlice = 32;
 constexpr int kMaxSlice = 128;
 constexpr int kItemsPerThread = 3;
 constexpr int kPhases = 5;  // X, A, Q, B, C (file comment)
+
+// Spins until a completion counter (std::atomic or std::atomic_ref) reaches target; the acquire
+// load pairs with the counted items' release increments.
+template <typename Counter>
+void WaitUntil(const Counter& counter, uint32_t target) {
+  while (counter.load(std::memory_order_acquire) < target) _mm_pause();
+}
 
 int SliceFor(int64_t work_rows, int threads) {
   int slice = kMinSlice;
@@ -195,9 +205,12 @@ struct ExpertPool::Impl {
   std::atomic<int> resident{0};    // workers inside their loop
   std::atomic<int> live_tasks{0};  // enqueued worker tasks not yet returned
   std::atomic<bool> stop{false};
-  // The claim word and per-phase completion counters (phase 0..4 = X, A, Q, B, C).
+  // The claim word, and the items done: of phase X (A waits for all), of phase B (C waits for
+  // all) and of the whole job (the caller waits for all). Per group, the A then Q items done are
+  // counted in `group_done`.
   alignas(64) std::atomic<uint64_t> work{0};
-  alignas(64) std::atomic<uint32_t> done[kPhases] = {};
+  alignas(64) std::atomic<uint32_t> x_done{0};
+  alignas(64) std::atomic<uint32_t> b_done{0};
   alignas(64) std::atomic<uint32_t> done_total{0};
   uint64_t epoch = 0;  // written by the caller only
   bool noop = false;   // RunEmpty's job: items do nothing
@@ -216,6 +229,10 @@ struct ExpertPool::Impl {
   // Scratch.
   std::vector<ExpertJob> sorted;
   std::vector<Group> groups;
+  std::vector<int32_t> slot_group;  // job slot -> its group
+  // Per group: phase-A items done, then phase-Q items done (ff_slices + count when ready for B).
+  // Zeroed by the caller before a job is posted; counted through std::atomic_ref.
+  Scratch<uint32_t> group_done;
   Scratch<uint8_t> xq, hq;  // converted activations: one per row, one per job slot
   Scratch<float> h, u;       // per job slot: gate (then silu(gate)·up) and up, n_ff each
   Scratch<float> down;       // per job slot: the expert's output before weighting, hidden each
@@ -347,15 +364,7 @@ void ExpertPool::Participate(uint64_t epoch) {
                                          std::memory_order_acquire)) {
       continue;
     }
-    const uint32_t item = NextOf(w);
-    int phase = 0;
-    while (item >= impl.phase_end[phase]) ++phase;
-    if (phase > 0) {
-      const uint32_t need = impl.phase_end[phase - 1] - (phase > 1 ? impl.phase_end[phase - 2] : 0);
-      while (impl.done[phase - 1].load(std::memory_order_acquire) < need) _mm_pause();
-    }
-    RunItem(item);
-    impl.done[phase].fetch_add(1, std::memory_order_acq_rel);
+    RunItem(NextOf(w));  // waits for the items it reads, then counts itself done for its readers
     // Release: the caller's acquire of done_total sees every write this item made.
     impl.done_total.fetch_add(1, std::memory_order_acq_rel);
     w = impl.work.load(std::memory_order_acquire);
@@ -364,7 +373,8 @@ void ExpertPool::Participate(uint64_t epoch) {
 
 void ExpertPool::Post(uint32_t total_items) {
   Impl& impl = *impl_;
-  for (auto& d : impl.done) d.store(0, std::memory_order_relaxed);
+  impl.x_done.store(0, std::memory_order_relaxed);
+  impl.b_done.store(0, std::memory_order_relaxed);
   impl.done_total.store(0, std::memory_order_relaxed);
   impl.epoch = (impl.epoch + 1) & ((uint64_t{1} << (64 - 2 * kItemBits)) - 1);
   // Release (seq_cst) publishes the job description written above to every claimer.
@@ -379,7 +389,6 @@ void ExpertPool::RunEmpty() {
   // One no-op item per thread: the claim, completion count and join a real layer pays.
   const uint32_t items = static_cast<uint32_t>(threads());
   impl.noop = true;
-  for (uint32_t& end : impl.phase_end) end = items;
   Post(items);
   impl.noop = false;
 }
@@ -414,6 +423,11 @@ absl::Status ExpertPool::Run(const ExpertWeights& w, std::span<const ExpertJob> 
     }
     ++impl.groups.back().count;
   }
+  impl.slot_group.resize(impl.sorted.size());
+  for (int gi = 0; gi < static_cast<int>(impl.groups.size()); ++gi) {
+    const Group& g = impl.groups[gi];
+    std::fill_n(impl.slot_group.begin() + g.first, g.count, gi);
+  }
 
   impl.w = &w;
   impl.x = x;
@@ -434,6 +448,8 @@ absl::Status ExpertPool::Run(const ExpertWeights& w, std::span<const ExpertJob> 
   impl.h.Reserve(static_cast<size_t>(impl.n_jobs) * w.n_ff);
   impl.u.Reserve(static_cast<size_t>(impl.n_jobs) * w.n_ff);
   impl.down.Reserve(static_cast<size_t>(impl.n_jobs) * w.hidden);
+  impl.group_done.Reserve(impl.groups.size());
+  std::fill_n(impl.group_done.data(), impl.groups.size(), 0u);
 
   const uint64_t total = static_cast<uint64_t>(n_rows) +
                          static_cast<uint64_t>(impl.n_groups) * impl.ff_slices + impl.n_jobs +
@@ -455,14 +471,18 @@ void ExpertPool::RunItem(uint32_t item) {
   Impl& impl = *impl_;
   if (impl.noop) return;
   const ExpertWeights& w = *impl.w;
+  auto group_done = [&impl](int gi) { return std::atomic_ref<uint32_t>(impl.group_done.data()[gi]); };
   if (item < impl.phase_end[0]) {  // X
     QuantizeActivations(w.gate.type, impl.x + static_cast<int64_t>(item) * w.hidden, w.hidden,
                         impl.xq.data() + item * impl.xq_stride);
+    impl.x_done.fetch_add(1, std::memory_order_release);
     return;
   }
   if (item < impl.phase_end[1]) {  // A
+    WaitUntil(impl.x_done, static_cast<uint32_t>(impl.n_rows));
     const uint32_t i = item - impl.phase_end[0];
-    const Group& g = impl.groups[i / impl.ff_slices];
+    const int gi = static_cast<int>(i / impl.ff_slices);
+    const Group& g = impl.groups[gi];
     const int64_t f0 = static_cast<int64_t>(i % impl.ff_slices) * impl.ff_slice;
     const int nf = static_cast<int>(std::min<int64_t>(impl.ff_slice, w.n_ff - f0));
     const uint8_t* act[kMaxTileRows];
@@ -478,17 +498,23 @@ void ExpertPool::RunItem(uint32_t item) {
     for (int a = 0; a < g.count; ++a) {
       for (int r = 0; r < nf; ++r) h[a * w.n_ff + r] = Silu(h[a * w.n_ff + r]) * u[a * w.n_ff + r];
     }
+    group_done(gi).fetch_add(1, std::memory_order_release);
     return;
   }
   if (item < impl.phase_end[2]) {  // Q
     const int64_t slot = item - impl.phase_end[1];
+    const int gi = impl.slot_group[slot];
+    WaitUntil(group_done(gi), static_cast<uint32_t>(impl.ff_slices));
     QuantizeActivations(w.down.type, impl.h.data() + slot * w.n_ff, w.n_ff,
                         impl.hq.data() + slot * impl.hq_stride);
+    group_done(gi).fetch_add(1, std::memory_order_release);
     return;
   }
   if (item < impl.phase_end[3]) {  // B: output columns [c0, c0 + nc) of one group
     const uint32_t i = item - impl.phase_end[2];
-    const Group& g = impl.groups[i / impl.out_slices];
+    const int gi = static_cast<int>(i / impl.out_slices);
+    const Group& g = impl.groups[gi];
+    WaitUntil(group_done(gi), static_cast<uint32_t>(impl.ff_slices + g.count));
     const int64_t c0 = static_cast<int64_t>(i % impl.out_slices) * impl.out_slice;
     const int nc = static_cast<int>(std::min<int64_t>(impl.out_slice, w.hidden - c0));
     const uint8_t* act[kMaxTileRows];
@@ -498,9 +524,11 @@ void ExpertPool::RunItem(uint32_t item) {
     float* part = impl.down.data() + static_cast<int64_t>(g.first) * w.hidden + c0;
     impl.down_dot(w.down.Expert(g.expert) + c0 * w.down.row_bytes, w.down.row_bytes, nc, w.n_ff,
                   act, g.count, part, w.hidden);
+    impl.b_done.fetch_add(1, std::memory_order_release);
     return;
   }
   // C: output columns [c0, c0 + nc), every job's weighted partial in job order (deterministic).
+  WaitUntil(impl.b_done, impl.phase_end[3] - impl.phase_end[2]);
   const int64_t c0 = static_cast<int64_t>(item - impl.phase_end[3]) * impl.sum_slice;
   const int nc = static_cast<int>(std::min<int64_t>(impl.sum_slice, w.hidden - c0));
   for (int j = 0; j < impl.n_jobs; ++j) {
