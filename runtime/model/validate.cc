@@ -2,6 +2,7 @@
 // expected and what was found; nothing here stops at the first problem.
 #include "runtime/model/validate.h"
 
+#include <algorithm>
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
@@ -47,6 +48,46 @@ uint64_t ValidationReport::dense_bytes() const {
   uint64_t n = 0;
   for (const LayerBytes& l : layers) n += l.dense_bytes;
   return n;
+}
+
+absl::StatusOr<uint64_t> StepWeightBytes(const HParams& hp,
+                                         std::span<const format::TensorInfo> tensors, int rows,
+                                         std::span<const int32_t> route_ids) {
+  const int k = hp.n_expert_used;
+  std::vector<int64_t> experts(hp.n_layer, k);
+  const size_t want = static_cast<size_t>(rows) * hp.n_layer * k;
+  if (!route_ids.empty() && route_ids.size() != want) {
+    return absl::InvalidArgumentError(absl::StrCat("step weight bytes: ", route_ids.size(),
+                                                   " route ids for ", rows, " rows x ", hp.n_layer,
+                                                   " layers x ", k, " experts (want ", want, ")"));
+  }
+  if (!route_ids.empty()) {
+    std::vector<int32_t> ids;
+    for (int l = 0; l < hp.n_layer; ++l) {
+      ids.clear();
+      for (int r = 0; r < rows; ++r) {
+        for (int j = 0; j < k; ++j) {
+          const int32_t id = route_ids[(static_cast<size_t>(r) * hp.n_layer + l) * k + j];
+          if (id >= 0) ids.push_back(id);
+        }
+      }
+      std::sort(ids.begin(), ids.end());
+      experts[l] = std::unique(ids.begin(), ids.end()) - ids.begin();
+    }
+  }
+  uint64_t bytes = 0;
+  for (const format::TensorInfo& t : tensors) {
+    const int layer = LayerOfTensorName(t.name);
+    if (layer >= hp.n_layer) continue;
+    if (t.name == "token_embd.weight") {
+      bytes += static_cast<uint64_t>(rows) * t.row_bytes();
+    } else if (layer >= 0 && t.name.ends_with("_exps.weight")) {
+      bytes += t.nbytes / hp.n_expert * experts[layer];
+    } else {
+      bytes += t.nbytes;
+    }
+  }
+  return bytes;
 }
 
 uint64_t ValidationReport::expert_bytes() const {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "runtime/format/tensor_info.h"
 #include "runtime/model/hparams.h"
 #include "runtime/model/tensor_map.h"
@@ -64,6 +65,16 @@ struct ValidationReport {
   // Problems only, joined by "; " (for a one-line error).
   std::string Summary() const;
 };
+
+// Weight bytes one forward step of `rows` rows reads (the decode benchmark's accounting): every
+// tensor of the decoder blocks in use except the routed experts, the output head and norm, `rows`
+// embedding rows, and of each layer's routed experts the union the step's rows chose. route_ids is
+// [row][layer][n_expert_used], as GpuRunner::Forward returns it (negative ids are ignored); when it
+// is empty each layer counts n_expert_used experts, what one row reads. Blocks past n_layer (MTP)
+// are not read. Fails when route_ids has another size.
+absl::StatusOr<uint64_t> StepWeightBytes(const HParams& hp,
+                                         std::span<const format::TensorInfo> tensors, int rows,
+                                         std::span<const int32_t> route_ids);
 
 // Compares `tensors` with `map`. Every required tensor must be present exactly once with the exact
 // dims, an allowed type and a consistent byte count; MTP-block tensors are accepted as unused.

@@ -161,6 +161,40 @@ TEST(ValidateTest, FlashNextByteTotals) {
   EXPECT_EQ(r.bytes_by_type.at(GgmlType::kQ3_K), r.expert_bytes());
 }
 
+// The decode benchmark's accounting: dense tensors, head, one embedding row per step row, and per
+// layer the union of the experts the step's rows chose.
+TEST(ValidateTest, StepWeightBytesCountTheUnionOfChosenExperts) {
+  std::unique_ptr<SynthPlan> plan = Plan("flash-next-125b");
+  const HParams& hp = plan->hparams;
+  const ValidationReport r = ValidateTensors(plan->map, plan->tensors);
+  ASSERT_TRUE(r.ok()) << r.Summary();
+  const uint64_t per_expert = r.layers[0].bytes_per_expert;
+  const uint64_t embedding_row = r.embedding_bytes / hp.n_vocab;
+  const uint64_t fixed = r.dense_bytes() + r.output_bytes;
+  const int k = hp.n_expert_used, L = hp.n_layer;
+
+  absl::StatusOr<uint64_t> one = StepWeightBytes(hp, plan->tensors, 1, {});
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(*one, fixed + embedding_row + uint64_t(L) * k * per_expert);
+
+  // Two rows: row 0 takes experts 0..k-1 everywhere; row 1 the same in layer 0, k..2k-1 in layer
+  // 1, and elsewhere 1..k-1 plus a negative id (ignored), so those layers stay at k experts.
+  std::vector<int32_t> ids(size_t{2} * L * k);
+  for (int l = 0; l < L; ++l) {
+    for (int j = 0; j < k; ++j) {
+      ids[size_t(0 * L + l) * k + j] = j;
+      ids[size_t(1 * L + l) * k + j] = l == 0 ? j : l == 1 ? k + j : (j == 0 ? -1 : j);
+    }
+  }
+  absl::StatusOr<uint64_t> two = StepWeightBytes(hp, plan->tensors, 2, ids);
+  ASSERT_TRUE(two.ok()) << two.status();
+  EXPECT_EQ(*two, fixed + 2 * embedding_row + uint64_t(L + 1) * k * per_expert);
+
+  ids.pop_back();
+  EXPECT_EQ(StepWeightBytes(hp, plan->tensors, 2, ids).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(ValidateTest, BytesPerExpertFollowTypesPerLayer) {
   std::unique_ptr<SynthPlan> plan = Plan("tiny-flash-next");
   std::vector<format::TensorInfo> tensors = plan->tensors;

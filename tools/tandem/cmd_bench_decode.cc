@@ -16,6 +16,7 @@
 #include "nlohmann/json.hpp"
 #include "runtime/base/status_macros.h"
 #include "runtime/engine/engine.h"
+#include "runtime/model/validate.h"
 #include "tools/tandem/cli_util.h"
 #include "tools/tandem/commands.h"
 #if defined(TANDEM_WITH_CUDA)
@@ -35,22 +36,18 @@ struct Options {
 };
 
 #if defined(TANDEM_WITH_CUDA)
-// Weight bytes one B=1 decode step reads: every dense tensor, the k chosen experts of each layer,
-// one embedding row.
-uint64_t WeightBytesPerToken(const model::Model& m) {
-  const model::HParams& hp = m.hparams();
-  double bytes = 0;
-  for (const format::TensorInfo& t : m.tensors()) {
-    if (t.name.starts_with("blk.") && std::atoi(t.name.c_str() + 4) >= hp.n_layer) continue;
-    if (t.name == "token_embd.weight") {
-      bytes += static_cast<double>(t.row_bytes());
-    } else if (t.name.ends_with("_exps.weight")) {
-      bytes += static_cast<double>(t.nbytes) * hp.n_expert_used / hp.n_expert;
-    } else {
-      bytes += static_cast<double>(t.nbytes);
-    }
-  }
-  return static_cast<uint64_t>(bytes);
+// Weight bytes of one 4-row verify step at position `pos` (model::StepWeightBytes over the experts
+// its rows chose), rolled back afterwards: a verify step reads the union of its rows' experts, so
+// this is the byte floor that verify4/decode1 is judged against.
+absl::StatusOr<uint64_t> VerifyStepBytes(megakernel::GpuRunner& gpu, const model::Model& m, int pos,
+                                         std::mt19937& rng) {
+  const int vocab = m.hparams().n_vocab;
+  std::vector<int32_t> tokens(4), argmax, route_ids;
+  std::vector<float> route_weights;
+  for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % vocab);
+  TANDEM_RETURN_IF_ERROR(gpu.Forward(tokens, pos, false, nullptr, &argmax, &route_ids, &route_weights));
+  TANDEM_RETURN_IF_ERROR(gpu.Rollback(4, 1));
+  return model::StepWeightBytes(m.hparams(), m.tensors(), 4, route_ids);
 }
 
 // Seconds per step of `rows` rows at position `pos` (median of `steps`), rolled back after
@@ -197,7 +194,13 @@ int BenchDecode(const Options& o, const engine::EngineOptions& base) {
     }
     megakernel::GpuRunner& gpu = *(*engine)->gpu();
     const int vocab = (*engine)->hparams().n_vocab;
-    const uint64_t wbytes = WeightBytesPerToken((*engine)->model());
+    const absl::StatusOr<uint64_t> wbytes_or =
+        model::StepWeightBytes((*engine)->hparams(), (*engine)->model().tensors(), 1, {});
+    if (!wbytes_or.ok()) {
+      std::fprintf(stderr, "tandem bench decode: %s\n", std::string(wbytes_or.status().message()).c_str());
+      return 1;
+    }
+    const uint64_t wbytes = *wbytes_or;
     std::mt19937 rng(1);
     int filled = 0;
     (void)gpu.Reset();
@@ -239,6 +242,13 @@ int BenchDecode(const Options& o, const engine::EngineOptions& base) {
           }
           run["verify4_ms"] = *t4 * 1e3;
           run["verify4_over_decode1"] = *t4 / *t1;
+          auto bytes4 = VerifyStepBytes(gpu, (*engine)->model(), ctx, rng);
+          if (!bytes4.ok()) {
+            std::fprintf(stderr, "tandem bench decode: %s\n", std::string(bytes4.status().message()).c_str());
+            return 1;
+          }
+          run["verify4_weight_bytes"] = *bytes4;
+          run["verify4_bytes_over_decode1"] = static_cast<double>(*bytes4) / static_cast<double>(wbytes);
         }
       }
       gpu.set_mode(megakernel::KernelMode::kMegakernel);
@@ -249,11 +259,11 @@ int BenchDecode(const Options& o, const engine::EngineOptions& base) {
       }
       run["phase_us"] = phases;
       run["speedup_vs_per_op"] = run["per_op_ms_per_token"].get<double>() / run["ms_per_token"].get<double>();
-      std::printf("%-28s ctx %6d: %8.1f tok/s  %.3f of HBM  per-op %8.1f tok/s (x%.2f)  verify4/decode1 %.2f  launches %d barriers %d\n",
+      std::printf("%-28s ctx %6d: %8.1f tok/s  %.3f of HBM  per-op %8.1f tok/s (x%.2f)  verify4/decode1 %.2f (bytes %.2f)  launches %d barriers %d\n",
                   model.c_str(), ctx, run["tok_s"].get<double>(), run["bandwidth_ratio"].get<double>(),
                   run["per_op_tok_s"].get<double>(), run["speedup_vs_per_op"].get<double>(),
-                  run["verify4_over_decode1"].get<double>(), run["launches_per_token"].get<int>(),
-                  run["barriers_per_token"].get<int>());
+                  run["verify4_over_decode1"].get<double>(), run["verify4_bytes_over_decode1"].get<double>(),
+                  run["launches_per_token"].get<int>(), run["barriers_per_token"].get<int>());
       runs.push_back(run);
       if (ctx == contexts.front()) {
         summary["bandwidth_ratio"][model] = run["bandwidth_ratio"];
