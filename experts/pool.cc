@@ -471,7 +471,9 @@ void ExpertPool::RunItem(uint32_t item) {
   Impl& impl = *impl_;
   if (impl.noop) return;
   const ExpertWeights& w = *impl.w;
-  auto group_done = [&impl](int gi) { return std::atomic_ref<uint32_t>(impl.group_done.data()[gi]); };
+  auto group_done = [&impl](int gi) {
+    return std::atomic_ref<uint32_t>(impl.group_done.data()[gi]);
+  };
   if (item < impl.phase_end[0]) {  // X
     QuantizeActivations(w.gate.type, impl.x + static_cast<int64_t>(item) * w.hidden, w.hidden,
                         impl.xq.data() + item * impl.xq_stride);

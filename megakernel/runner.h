@@ -108,7 +108,8 @@ class GpuRunner {
   uint64_t* timeline_ = nullptr;  // set_timeline's buffer (in allocations_)
   std::vector<void*> allocations_;
   // [RowsVariantIndex]
-  LaunchShape mixer_shape_[kNumRowsVariants], moe_shape_[kNumRowsVariants], head_shape_[kNumRowsVariants];
+  LaunchShape mixer_shape_[kNumRowsVariants], moe_shape_[kNumRowsVariants],
+      head_shape_[kNumRowsVariants];
   std::map<std::pair<int, bool>, std::unique_ptr<Graph>> graphs_;  // (variant, head)
   VramUse vram_;
   uint64_t conv_state_floats_ = 0, ssm_state_floats_ = 0;

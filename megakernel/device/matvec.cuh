@@ -16,7 +16,8 @@ namespace tandem::megakernel {
 // so the first units of a phase land on warp 0 of every block (every multiprocessor) instead of
 // on all warps of the first few blocks.
 __device__ __forceinline__ int GlobalWarp() {
-  return static_cast<int>(threadIdx.x) / 32 * static_cast<int>(gridDim.x) + static_cast<int>(blockIdx.x);
+  return static_cast<int>(threadIdx.x) / 32 * static_cast<int>(gridDim.x) +
+         static_cast<int>(blockIdx.x);
 }
 __device__ __forceinline__ int GridWarps() { return static_cast<int>(gridDim.x) * kWarpsPerBlock; }
 __device__ __forceinline__ int Lane() { return static_cast<int>(threadIdx.x) & 31; }

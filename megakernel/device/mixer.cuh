@@ -192,7 +192,8 @@ __device__ void AttentionCombine(const MixerArgs& A) {
   const int parts = (hd + 31) / 32;
   for (int it = GlobalWarp(); it < B * nh * parts; it += GridWarps()) {
     const int part = it % parts, h = (it / parts) % nh, r = it / (parts * nh);
-    const float* chunks = A.s.attn_part + (static_cast<int64_t>(r) * nh + h) * A.s.n_chunks_max * (hd + 2);
+    const float* chunks =
+        A.s.attn_part + (static_cast<int64_t>(r) * nh + h) * A.s.n_chunks_max * (hd + 2);
     float m = -INFINITY;
     for (int c = Lane(); c < n_chunks; c += 32) m = fmaxf(m, chunks[c * (hd + 2)]);
     m = WarpMax(m);

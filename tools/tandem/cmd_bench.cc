@@ -2,11 +2,11 @@
 // streaming read bandwidth with all pool threads, then one layer of routed experts (Flash-Next
 // shape: hidden 2048, FFN 768, Q3_K and Q4_K, 1/2/10 experts at 1 row and 10 experts shared by
 // 4 rows; the Qwen3-30B-A3B shape, 8 Q4_K experts), rotating over enough distinct experts that the
-// working set is far beyond L3, and the empty job (dispatch + join). Reports ratios, not only times.
-// The stream bandwidth is measured again right before every case and each case's ratio is taken
-// against that measurement: on a shared host (the 16-core H200 host moved between 55 and 98 GB/s
-// within one run, 2026-11-30) a single figure from the start compared layers with another moment's
-// machine.
+// working set is far beyond L3, and the empty job (dispatch + join). Reports ratios, not only
+// times. The stream bandwidth is measured again right before every case and each case's ratio is
+// taken against that measurement: on a shared host (the 16-core H200 host moved between 55 and 98
+// GB/s within one run, 2026-11-30) a single figure from the start compared layers with another
+// moment's machine.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -38,7 +38,8 @@ struct Options {
 // its slice with 64-bit loads.
 class StreamProbe {
  public:
-  explicit StreamProbe(int threads) : threads_(threads), buf_((size_t{1} << 30) / 8), sums_(threads * 8) {
+  explicit StreamProbe(int threads)
+      : threads_(threads), buf_((size_t{1} << 30) / 8), sums_(threads * 8) {
     for (size_t i = 0; i < buf_.size(); ++i) buf_[i] = i;
   }
   // The best of `passes` passes, GB/s.
@@ -61,7 +62,8 @@ class StreamProbe {
         });
       }
       for (auto& th : pool) th.join();
-      best = std::max(best, static_cast<double>(buf_.size() * 8) / Seconds(Clock::now() - t0) / 1e9);
+      best =
+          std::max(best, static_cast<double>(buf_.size() * 8) / Seconds(Clock::now() - t0) / 1e9);
     }
     return best;
   }
@@ -126,9 +128,10 @@ nlohmann::json TimeLayer(experts::ExpertPool& pool, const ExpertBank& bank, cons
   j["stream_gbps"] = stream_gbps;
   j["expert_gbps"] = bytes / s / 1e9;
   j["bandwidth_ratio"] = bytes / s / 1e9 / stream_gbps;
-  std::printf("%-28s %-5s experts %2d rows %d: %9.1f us/layer  %6.2f GB/s  %.2f of stream (%.1f GB/s)\n",
-              name, j["type"].get<std::string>().c_str(), n_experts, rows, s * 1e6, bytes / s / 1e9,
-              bytes / s / 1e9 / stream_gbps, stream_gbps);
+  std::printf(
+      "%-28s %-5s experts %2d rows %d: %9.1f us/layer  %6.2f GB/s  %.2f of stream (%.1f GB/s)\n",
+      name, j["type"].get<std::string>().c_str(), n_experts, rows, s * 1e6, bytes / s / 1e9,
+      bytes / s / 1e9 / stream_gbps, stream_gbps);
   return j;
 }
 

@@ -45,7 +45,8 @@ absl::StatusOr<uint64_t> VerifyStepBytes(megakernel::GpuRunner& gpu, const model
   std::vector<int32_t> tokens(4), argmax, route_ids;
   std::vector<float> route_weights;
   for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % vocab);
-  TANDEM_RETURN_IF_ERROR(gpu.Forward(tokens, pos, false, nullptr, &argmax, &route_ids, &route_weights));
+  TANDEM_RETURN_IF_ERROR(
+      gpu.Forward(tokens, pos, false, nullptr, &argmax, &route_ids, &route_weights));
   TANDEM_RETURN_IF_ERROR(gpu.Rollback(4, 1));
   return model::StepWeightBytes(m.hparams(), m.tensors(), 4, route_ids);
 }
@@ -197,7 +198,8 @@ int BenchDecode(const Options& o, const engine::EngineOptions& base) {
     const absl::StatusOr<uint64_t> wbytes_or =
         model::StepWeightBytes((*engine)->hparams(), (*engine)->model().tensors(), 1, {});
     if (!wbytes_or.ok()) {
-      std::fprintf(stderr, "tandem bench decode: %s\n", std::string(wbytes_or.status().message()).c_str());
+      std::fprintf(stderr, "tandem bench decode: %s\n",
+                   std::string(wbytes_or.status().message()).c_str());
       return 1;
     }
     const uint64_t wbytes = *wbytes_or;
@@ -244,11 +246,13 @@ int BenchDecode(const Options& o, const engine::EngineOptions& base) {
           run["verify4_over_decode1"] = *t4 / *t1;
           auto bytes4 = VerifyStepBytes(gpu, (*engine)->model(), ctx, rng);
           if (!bytes4.ok()) {
-            std::fprintf(stderr, "tandem bench decode: %s\n", std::string(bytes4.status().message()).c_str());
+            std::fprintf(stderr, "tandem bench decode: %s\n",
+                         std::string(bytes4.status().message()).c_str());
             return 1;
           }
           run["verify4_weight_bytes"] = *bytes4;
-          run["verify4_bytes_over_decode1"] = static_cast<double>(*bytes4) / static_cast<double>(wbytes);
+          run["verify4_bytes_over_decode1"] =
+              static_cast<double>(*bytes4) / static_cast<double>(wbytes);
         }
       }
       gpu.set_mode(megakernel::KernelMode::kMegakernel);
@@ -259,11 +263,14 @@ int BenchDecode(const Options& o, const engine::EngineOptions& base) {
       }
       run["phase_us"] = phases;
       run["speedup_vs_per_op"] = run["per_op_ms_per_token"].get<double>() / run["ms_per_token"].get<double>();
-      std::printf("%-28s ctx %6d: %8.1f tok/s  %.3f of HBM  per-op %8.1f tok/s (x%.2f)  verify4/decode1 %.2f (bytes %.2f)  launches %d barriers %d\n",
-                  model.c_str(), ctx, run["tok_s"].get<double>(), run["bandwidth_ratio"].get<double>(),
-                  run["per_op_tok_s"].get<double>(), run["speedup_vs_per_op"].get<double>(),
-                  run["verify4_over_decode1"].get<double>(), run["verify4_bytes_over_decode1"].get<double>(),
-                  run["launches_per_token"].get<int>(), run["barriers_per_token"].get<int>());
+      std::printf(
+          "%-28s ctx %6d: %8.1f tok/s  %.3f of HBM  per-op %8.1f tok/s (x%.2f)  verify4/decode1 "
+          "%.2f (bytes %.2f)  launches %d barriers %d\n",
+          model.c_str(), ctx, run["tok_s"].get<double>(), run["bandwidth_ratio"].get<double>(),
+          run["per_op_tok_s"].get<double>(), run["speedup_vs_per_op"].get<double>(),
+          run["verify4_over_decode1"].get<double>(),
+          run["verify4_bytes_over_decode1"].get<double>(), run["launches_per_token"].get<int>(),
+          run["barriers_per_token"].get<int>());
       runs.push_back(run);
       if (ctx == contexts.front()) {
         summary["bandwidth_ratio"][model] = run["bandwidth_ratio"];
