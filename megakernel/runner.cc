@@ -387,8 +387,7 @@ int GpuRunner::BarriersPerStep(bool with_head) const {
 }
 
 absl::Status GpuRunner::EnqueueStep(int n_rows, bool with_head) {
-  const int R = RowsVariant(n_rows);
-  const int v = RowsVariantIndex(n_rows);
+  const int v = RowsVariantIndex(n_rows), R = kRowsVariants[v];
   TANDEM_CUDA_RETURN_IF_ERROR(LaunchEmbed(head_, stream_));
   for (int il = 0; il < dims_.n_layer; ++il) {
     TANDEM_CUDA_RETURN_IF_ERROR(LaunchMixer(mixer_[il], R, options_.mode, mixer_shape_[v], stream_));
@@ -495,8 +494,7 @@ absl::Status GpuRunner::RunLayerHalf(int layer, bool moe, std::span<const float>
   in = StepInput();
   in.n_rows = n_rows;
   in.first_pos = first_pos;
-  const int R = RowsVariant(n_rows);
-  const int v = RowsVariantIndex(n_rows);
+  const int v = RowsVariantIndex(n_rows), R = kRowsVariants[v];
   TANDEM_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(step_dev_, step_host_, sizeof(StepInput), cudaMemcpyHostToDevice, stream_));
   TANDEM_CUDA_RETURN_IF_ERROR(

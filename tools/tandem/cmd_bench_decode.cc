@@ -73,19 +73,23 @@ absl::StatusOr<double> TimeSteps(megakernel::GpuRunner& gpu, int rows, int pos, 
 // (a phase's time includes the grid barrier that ends it), and the mean gap from the end of one
 // layer-half launch to the start of the next (the launch's tail on other blocks + launch latency).
 absl::Status PhaseTimeline(megakernel::GpuRunner& gpu, const model::HParams& hp, int pos, int steps,
-                           std::mt19937& rng, int vocab, nlohmann::json* out) {
+                           std::mt19937& rng, nlohmann::json* out) {
   using megakernel::kTimelineSlots;
   static const char* const kNames[3][kTimelineSlots] = {
       {"projections", "qk_norm_rope", "attention", "combine_gate", "out_proj"},
       {"projections", "conv_l2", "delta_rule", "gated_norm_out"},
       {"router", "route_gate_up", "down", "combine"}};
   static const char* const kKinds[3] = {"attention", "deltanet", "moe"};
+  auto phases_of = [](int kind) {
+    return megakernel::PhaseCount(kind == 2 ? megakernel::Half::kMoe : megakernel::Half::kMixer,
+                                  kind == 1);
+  };
   double sum[3][kTimelineSlots] = {}, gap_sum = 0;
   int count[3] = {}, gaps = 0;
   TANDEM_RETURN_IF_ERROR(gpu.set_timeline(true));
   std::vector<int32_t> token(1), argmax;
   for (int i = 0; i <= steps; ++i) {  // step 0 captures the graph
-    token[0] = static_cast<int32_t>(rng() % vocab);
+    token[0] = static_cast<int32_t>(rng() % hp.n_vocab);
     TANDEM_RETURN_IF_ERROR(gpu.Forward(token, pos, false, nullptr, &argmax, nullptr, nullptr));
     if (i == 0) continue;
     TANDEM_ASSIGN_OR_RETURN(const std::vector<uint64_t> stamps, gpu.ReadTimeline());
@@ -94,9 +98,10 @@ absl::Status PhaseTimeline(megakernel::GpuRunner& gpu, const model::HParams& hp,
       for (int half = 0; half < 2; ++half) {
         const uint64_t* t = &stamps[static_cast<size_t>(2 * il + half) * kTimelineSlots];
         const int kind = half == 1 ? 2 : (hp.IsRecurrentLayer(il) ? 1 : 0);
-        const int phases = megakernel::PhaseCount(half == 1 ? megakernel::Half::kMoe : megakernel::Half::kMixer,
-                                                  kind == 1);
-        for (int p = 0; p < phases; ++p) sum[kind][p] += static_cast<double>(static_cast<int64_t>(t[p + 1] - t[p]));
+        const int phases = phases_of(kind);
+        for (int p = 0; p < phases; ++p) {
+          sum[kind][p] += static_cast<double>(static_cast<int64_t>(t[p + 1] - t[p]));
+        }
         ++count[kind];
         if (prev_end != 0) {
           gap_sum += static_cast<double>(static_cast<int64_t>(t[0]) - prev_end);
@@ -111,8 +116,7 @@ absl::Status PhaseTimeline(megakernel::GpuRunner& gpu, const model::HParams& hp,
   for (int kind = 0; kind < 3; ++kind) {
     if (count[kind] == 0) continue;
     std::printf("\n    %-9s", kKinds[kind]);
-    const int phases = megakernel::PhaseCount(kind == 2 ? megakernel::Half::kMoe : megakernel::Half::kMixer, kind == 1);
-    for (int p = 0; p < phases; ++p) {
+    for (int p = 0; p < phases_of(kind); ++p) {
       const double us = sum[kind][p] / count[kind] * 1e-3;
       (*out)[kKinds[kind]][kNames[kind][p]] = us;
       std::printf("  %s %.1f", kNames[kind][p], us);
@@ -257,7 +261,7 @@ int BenchDecode(const Options& o, const engine::EngineOptions& base) {
       }
       gpu.set_mode(megakernel::KernelMode::kMegakernel);
       nlohmann::json phases;
-      if (auto s = PhaseTimeline(gpu, (*engine)->hparams(), ctx, 8, rng, vocab, &phases); !s.ok()) {
+      if (auto s = PhaseTimeline(gpu, (*engine)->hparams(), ctx, 8, rng, &phases); !s.ok()) {
         std::fprintf(stderr, "tandem bench decode: %s\n", std::string(s.message()).c_str());
         return 1;
       }
