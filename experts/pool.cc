@@ -6,27 +6,41 @@
 //   B: down rows of one output-column slice of one group, into the group's job slots' partials
 //      (one contiguous run of one expert per item)
 //   C: one output-column slice: out[row] += weight · partial for every job, in job order
-// Items are claimed in order from one atomic word. An item waits only for what it reads: A for
-// every X item, Q for its group's A items, B for its group's Q items, C for every B item. So a
-// thread that runs out of A items starts on the first groups' down rows while the last gate/up
-// items finish, instead of idling at a phase boundary. Claimed items are always being worked on
-// and wait only for earlier items, so the waits cannot deadlock, and the caller's thread claims
-// items too, so a job finishes even if no worker shows up.
+// An item waits only for what it reads: A for every X item, Q for its group's A items, B for its
+// group's Q items, C for every B item. So a thread that runs out of A items starts on the first
+// groups' down rows while the last gate/up items finish, instead of idling at a phase boundary.
+// Items are claimed from claim lists, each taken in order through one atomic word: the X items;
+// per NUMA node, the A, Q and B items of the groups whose expert is homed there (groups are sorted
+// by expert and homes are contiguous expert ranges, so these are three ranges of item numbers);
+// the C items. A thread takes X, then its own node's list, then the other nodes' lists, then C.
+// The waits cannot deadlock: a thread reaches a node list only when X is fully claimed, and C
+// only when every node list is; within a list an item waits only for earlier ones; and claimed
+// items are always being worked on. The caller's thread claims items too, so a job finishes even
+// if no worker shows up. Which thread runs an item never changes a result: every item writes its
+// own outputs and C adds the partials in job order.
 #include "experts/pool.h"
 
 #include <hwloc.h>
 #include <immintrin.h>
 #include <mimalloc.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "oneapi/tbb/blocked_range.h"
+#include "oneapi/tbb/parallel_for.h"
 #include "oneapi/tbb/task_arena.h"
 #include "oneapi/tbb/task_scheduler_observer.h"
+#include "runtime/base/status_macros.h"
 
 #if defined(__SANITIZE_THREAD__)
 #include <sanitizer/tsan_interface.h>
@@ -77,7 +91,7 @@ uint32_t NextOf(uint64_t w) { return static_cast<uint32_t>(w & kItemMask); }
 
 // ThreadSanitizer sees no synchronisation inside Debian's libtbb (it is not instrumented), so the
 // happens-before edges this file takes from TBB are declared to it, one key per edge:
-//   kEnqueued:       a thread's writes before arena->enqueue(task) -> the task's body;
+//   kEnqueued:       a WorkerTask copied inside arena->enqueue (and all before) -> its body;
 //   kObserverReady:  the pool and topology set up before observe(true) -> every notification;
 //   kObserverExited: an on_scheduler_exit returning -> observe(false) returning (TBB's observer
 //                    destructor contract: observe(false) waits for notifications in progress).
@@ -197,18 +211,74 @@ absl::StatusOr<ExpertWeights> ExpertWeights::FromTensors(const format::TensorInf
   return FromBuffers(gate.type, down.type, hidden, n_ff, n_expert, gate.data, up.data, down.data);
 }
 
-struct ExpertPool::Impl {
-  // Threads.
+namespace {
+
+// A claim list: items taken in order, as up to three ranges of item numbers. The ranges are
+// written by the caller before it stores the list's word for a new epoch (release). They live on
+// their own cache line: idle workers spin on the X list's word, and each of the caller's writes to
+// a line they spin on would pull it back from every one of them (docs/perf/experts.md, session 6).
+struct ClaimList {
+  alignas(64) std::atomic<uint64_t> word{0};  // epoch | items | next claimed
+  alignas(64) uint32_t begin[3] = {};
+  uint32_t size[3] = {};
+
+  void Set(std::initializer_list<std::pair<uint32_t, uint32_t>> ranges) {  // (begin, end)
+    int i = 0;
+    for (auto [b, e] : ranges) begin[i] = b, size[i++] = e - b;
+    for (; i < 3; ++i) begin[i] = size[i] = 0;
+  }
+  uint32_t items() const { return size[0] + size[1] + size[2]; }
+  uint32_t ItemAt(uint32_t i) const {
+    if (i < size[0]) return begin[0] + i;
+    i -= size[0];
+    if (i < size[1]) return begin[1] + i;
+    return begin[2] + i - size[1];
+  }
+  // Claims the next item of this list in `epoch`, if any is left.
+  bool Claim(uint64_t epoch, uint32_t* item) {
+    uint64_t w = word.load(std::memory_order_acquire);
+    for (;;) {
+      if (EpochOf(w) != epoch || NextOf(w) >= TotalOf(w)) return false;
+      if (word.compare_exchange_weak(w, w + 1, std::memory_order_acq_rel,
+                                     std::memory_order_acquire)) {
+        *item = ItemAt(NextOf(w));
+        return true;
+      }
+    }
+  }
+};
+
+// One NUMA node's workers: their arena, the observer that pins them, and how many are inside their
+// loop.
+struct NodeWorkers {
   std::unique_ptr<tbb::task_arena> arena;
   std::unique_ptr<tbb::task_scheduler_observer> observer;
+  std::atomic<int> resident{0};
+  int n_workers = 0;
+  int first_thread = 0;  // the pool-wide thread number of its arena slot 0 (the caller is 0)
+};
+
+// Per thread, single writer: node-list items run at home and away (ExpertPool::claim_counts).
+struct alignas(64) ThreadCounts {
+  std::atomic<uint64_t> home{0}, away{0};
+};
+
+}  // namespace
+
+struct ExpertPool::Impl {
+  // Threads.
   hwloc_topology_t topology = nullptr;
-  std::atomic<int> resident{0};    // workers inside their loop
-  std::atomic<int> live_tasks{0};  // enqueued worker tasks not yet returned
+  bool this_system = false;
+  std::unique_ptr<NodeWorkers[]> node_workers;  // one per nodes_ entry
+  std::unique_ptr<ThreadCounts[]> counts;       // one per thread
+  std::atomic<int> live_tasks{0};               // enqueued worker tasks not yet returned
   std::atomic<bool> stop{false};
-  // The claim word, and the items done: of phase X (A waits for all), of phase B (C waits for
-  // all) and of the whole job (the caller waits for all). Per group, the A then Q items done are
-  // counted in `group_done`.
-  alignas(64) std::atomic<uint64_t> work{0};
+  // The claim lists (X, one per node, C; every job has X items, so workers watch the X list's
+  // word for a new epoch), and the items done: of phase X (A waits for all), of phase B (C waits
+  // for all) and of the whole job (the caller waits for all). Per group, the A then Q items done
+  // are counted in `group_done`.
+  std::unique_ptr<ClaimList[]> lists;
+  int n_lists = 0;
   alignas(64) std::atomic<uint32_t> x_done{0};
   alignas(64) std::atomic<uint32_t> b_done{0};
   alignas(64) std::atomic<uint32_t> done_total{0};
@@ -230,6 +300,7 @@ struct ExpertPool::Impl {
   std::vector<ExpertJob> sorted;
   std::vector<Group> groups;
   std::vector<int32_t> slot_group;  // job slot -> its group
+  std::vector<int32_t> node_group;  // per node + 1: its first group (the last entry: n_groups)
   // Per group: phase-A items done, then phase-Q items done (ff_slices + count when ready for B).
   // Zeroed by the caller before a job is posted; counted through std::atomic_ref.
   Scratch<uint32_t> group_done;
@@ -237,6 +308,40 @@ struct ExpertPool::Impl {
   Scratch<float> h, u;       // per job slot: gate (then silu(gate)·up) and up, n_ff each
   Scratch<float> down;       // per job slot: the expert's output before weighting, hidden each
 };
+
+namespace {
+
+// Pins the workers of one node's arena: arena slot s runs on the node's s-th worker core.
+class Pinner : public tbb::task_scheduler_observer {
+ public:
+  Pinner(tbb::task_arena& arena, hwloc_topology_t topo, std::vector<int> cores)
+      : tbb::task_scheduler_observer(arena), topo_(topo), cores_(std::move(cores)) {
+    TbbRelease(TbbEdge::kObserverReady);
+    observe(true);
+  }
+  ~Pinner() override {
+    observe(false);
+    TbbAcquire(TbbEdge::kObserverExited);
+  }
+  void on_scheduler_entry(bool) override {
+    TbbAcquire(TbbEdge::kObserverReady);
+    const int slot = std::max(0, tbb::this_task_arena::current_thread_index());
+    hwloc_obj_t core = hwloc_get_obj_by_type(topo_, HWLOC_OBJ_CORE,
+                                             static_cast<unsigned>(cores_[slot % cores_.size()]));
+    if (core != nullptr) hwloc_set_cpubind(topo_, core->cpuset, HWLOC_CPUBIND_THREAD);
+  }
+  void on_scheduler_exit(bool) override {
+    TbbAcquire(TbbEdge::kObserverReady);
+    hwloc_set_cpubind(topo_, hwloc_topology_get_allowed_cpuset(topo_), HWLOC_CPUBIND_THREAD);
+    TbbRelease(TbbEdge::kObserverExited);
+  }
+
+ private:
+  hwloc_topology_t topo_;
+  std::vector<int> cores_;
+};
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<ExpertPool>> ExpertPool::Create(const PoolOptions& options) {
   auto pool = std::unique_ptr<ExpertPool>(new ExpertPool());
@@ -247,47 +352,44 @@ absl::StatusOr<std::unique_ptr<ExpertPool>> ExpertPool::Create(const PoolOptions
     return absl::InvalidArgumentError("expert pool: negative thread count or spin window");
   }
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int threads = options.threads == 0 ? cores : options.threads;
-  pool->n_workers_ = threads - 1;
+  pool->n_threads_ = options.threads == 0 ? cores : options.threads;
   pool->spin_us_ = options.spin_us;
   pool->impl_ = std::make_unique<Impl>();
   Impl& impl = *pool->impl_;
-  if (pool->n_workers_ > 0) {
-    impl.arena = std::make_unique<tbb::task_arena>(pool->n_workers_, 0);
-    impl.arena->initialize();
-    if (options.pin && hwloc_topology_init(&impl.topology) == 0 &&
-        hwloc_topology_load(impl.topology) == 0) {
-      // Worker in arena slot s runs on core s+1 (wrapping), leaving core 0 to the caller.
-      class Pinner : public tbb::task_scheduler_observer {
-       public:
-        Pinner(tbb::task_arena& arena, hwloc_topology_t topo)
-            : tbb::task_scheduler_observer(arena), topo_(topo) {
-          TbbRelease(TbbEdge::kObserverReady);
-          observe(true);
-        }
-        ~Pinner() override {
-          observe(false);
-          TbbAcquire(TbbEdge::kObserverExited);
-        }
-        void on_scheduler_entry(bool) override {
-          TbbAcquire(TbbEdge::kObserverReady);
-          const int n_cores = hwloc_get_nbobjs_by_type(topo_, HWLOC_OBJ_CORE);
-          if (n_cores <= 0) return;
-          const int slot = tbb::this_task_arena::current_thread_index();
-          hwloc_obj_t core = hwloc_get_obj_by_type(topo_, HWLOC_OBJ_CORE, (slot + 1) % n_cores);
-          if (core != nullptr) hwloc_set_cpubind(topo_, core->cpuset, HWLOC_CPUBIND_THREAD);
-        }
-        void on_scheduler_exit(bool) override {
-          TbbAcquire(TbbEdge::kObserverReady);
-          hwloc_set_cpubind(topo_, hwloc_topology_get_allowed_cpuset(topo_),
-                            HWLOC_CPUBIND_THREAD);
-          TbbRelease(TbbEdge::kObserverExited);
-        }
 
-       private:
-        hwloc_topology_t topo_;
-      };
-      impl.observer = std::make_unique<Pinner>(*impl.arena, impl.topology);
+  if (hwloc_topology_init(&impl.topology) != 0) {
+    return absl::InternalError("expert pool: hwloc_topology_init failed");
+  }
+  if (!options.synthetic_topology.empty() &&
+      hwloc_topology_set_synthetic(impl.topology, options.synthetic_topology.c_str()) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("expert pool: '", options.synthetic_topology,
+                                                   "' is not an hwloc synthetic topology"));
+  }
+  if (hwloc_topology_load(impl.topology) != 0) {
+    return absl::InternalError(
+        absl::StrCat("expert pool: hwloc could not read the topology: ", std::strerror(errno)));
+  }
+  impl.this_system = hwloc_topology_is_thissystem(impl.topology) != 0;
+  TANDEM_ASSIGN_OR_RETURN(pool->nodes_,
+                          PlanPoolNodes(impl.topology, pool->n_threads_, options.numa));
+
+  const int n_nodes = static_cast<int>(pool->nodes_.size());
+  impl.n_lists = n_nodes + 2;
+  impl.lists = std::make_unique<ClaimList[]>(impl.n_lists);
+  impl.counts = std::make_unique<ThreadCounts[]>(pool->n_threads_);
+  impl.node_workers = std::make_unique<NodeWorkers[]>(n_nodes);
+  int first_thread = 1;
+  for (int k = 0; k < n_nodes; ++k) {
+    const PoolNode& node = pool->nodes_[k];
+    NodeWorkers& nw = impl.node_workers[k];
+    nw.n_workers = static_cast<int>(node.worker_cores.size());
+    nw.first_thread = first_thread;
+    first_thread += nw.n_workers;
+    if (nw.n_workers == 0) continue;
+    nw.arena = std::make_unique<tbb::task_arena>(nw.n_workers, 0);
+    nw.arena->initialize();
+    if (options.pin && impl.this_system) {
+      nw.observer = std::make_unique<Pinner>(*nw.arena, impl.topology, node.worker_cores);
     }
   }
   return pool;
@@ -297,100 +399,207 @@ ExpertPool::~ExpertPool() {
   if (!impl_) return;
   impl_->stop.store(true, std::memory_order_seq_cst);
   while (impl_->live_tasks.load(std::memory_order_acquire) > 0) std::this_thread::yield();
-  impl_->observer.reset();
-  impl_->arena.reset();
+  if (impl_->node_workers) {
+    for (size_t k = 0; k < nodes_.size(); ++k) {
+      impl_->node_workers[k].observer.reset();
+      impl_->node_workers[k].arena.reset();
+    }
+  }
   if (impl_->topology != nullptr) hwloc_topology_destroy(impl_->topology);
 }
 
 void ExpertPool::EnsureWorkers() {
   Impl& impl = *impl_;
-  // Pairs with the worker's decrement-then-recheck in WorkerMain (both seq_cst): either the
-  // worker sees the new job or this load sees it gone and enqueues a replacement.
-  const int resident = impl.resident.load(std::memory_order_seq_cst);
-  TbbRelease(TbbEdge::kEnqueued);
-  for (int i = resident; i < n_workers_; ++i) {
-    impl.live_tasks.fetch_add(1, std::memory_order_acq_rel);
-    impl.arena->enqueue([this] {
-      TbbAcquire(TbbEdge::kEnqueued);  // before the first read of the captured `this`
-      WorkerMain();
-      impl_->live_tasks.fetch_sub(1, std::memory_order_acq_rel);
-    });
+  // The task TBB runs on a worker: a copy made inside enqueue(), after any release we could do
+  // before the call. So the copy releases once its fields are written, and the body acquires
+  // before it reads them (the call is opaque, so the reads cannot move above it).
+  struct WorkerTask {
+    ExpertPool* pool;
+    int node;
+    WorkerTask(ExpertPool* p, int k) : pool(p), node(k) { TbbRelease(TbbEdge::kEnqueued); }
+    WorkerTask(const WorkerTask& o) : pool(o.pool), node(o.node) { TbbRelease(TbbEdge::kEnqueued); }
+    void operator()() const {
+      TbbAcquire(TbbEdge::kEnqueued);
+      pool->WorkerMain(node);
+      pool->impl_->live_tasks.fetch_sub(1, std::memory_order_acq_rel);
+    }
+  };
+  for (int k = 0; k < static_cast<int>(nodes_.size()); ++k) {
+    NodeWorkers& nw = impl.node_workers[k];
+    // Pairs with the worker's decrement-then-recheck in WorkerMain (both seq_cst): either the
+    // worker sees the new job or this load sees it gone and enqueues a replacement.
+    const int resident = nw.resident.load(std::memory_order_seq_cst);
+    for (int i = resident; i < nw.n_workers; ++i) {
+      impl.live_tasks.fetch_add(1, std::memory_order_acq_rel);
+      nw.arena->enqueue(WorkerTask(this, k));
+    }
   }
 }
 
-void ExpertPool::WorkerMain() {
+void ExpertPool::WorkerMain(int node) {
   Impl& impl = *impl_;
-  if (impl.resident.fetch_add(1, std::memory_order_seq_cst) >= n_workers_) {
-    impl.resident.fetch_sub(1, std::memory_order_seq_cst);
+  NodeWorkers& nw = impl.node_workers[node];
+  if (nw.resident.fetch_add(1, std::memory_order_seq_cst) >= nw.n_workers) {
+    nw.resident.fetch_sub(1, std::memory_order_seq_cst);
     return;
   }
-  uint64_t seen = EpochOf(impl.work.load(std::memory_order_acquire));
-  Participate(seen);  // the job that brought this worker here, if it is still open
+  const int thread = nw.first_thread +
+                     std::clamp(tbb::this_task_arena::current_thread_index(), 0, nw.n_workers - 1);
+  const std::atomic<uint64_t>& announced = impl.lists[0].word;
+  uint64_t seen = EpochOf(announced.load(std::memory_order_acquire));
+  Participate(seen, node, thread);  // the job that brought this worker here, if it is still open
   using Clock = std::chrono::steady_clock;
   auto idle_since = Clock::now();
   const auto window = std::chrono::microseconds(spin_us_);
   for (uint32_t spins = 0;; ++spins) {
     if (impl.stop.load(std::memory_order_relaxed)) break;
-    const uint64_t epoch = EpochOf(impl.work.load(std::memory_order_acquire));
+    const uint64_t epoch = EpochOf(announced.load(std::memory_order_acquire));
     if (epoch != seen) {
       seen = epoch;
-      Participate(epoch);
+      Participate(epoch, node, thread);
       idle_since = Clock::now();
       continue;
     }
     _mm_pause();
     if ((spins & 63) == 0 && Clock::now() - idle_since > window) {
-      impl.resident.fetch_sub(1, std::memory_order_seq_cst);
-      if (EpochOf(impl.work.load(std::memory_order_seq_cst)) == seen ||
+      nw.resident.fetch_sub(1, std::memory_order_seq_cst);
+      if (EpochOf(announced.load(std::memory_order_seq_cst)) == seen ||
           impl.stop.load(std::memory_order_relaxed)) {
         return;  // leave the arena; EnsureWorkers brings a worker back for the next job
       }
-      if (impl.resident.fetch_add(1, std::memory_order_seq_cst) >= n_workers_) {
-        impl.resident.fetch_sub(1, std::memory_order_seq_cst);
+      if (nw.resident.fetch_add(1, std::memory_order_seq_cst) >= nw.n_workers) {
+        nw.resident.fetch_sub(1, std::memory_order_seq_cst);
         return;
       }
       idle_since = Clock::now();
     }
   }
-  impl.resident.fetch_sub(1, std::memory_order_seq_cst);
+  nw.resident.fetch_sub(1, std::memory_order_seq_cst);
 }
 
-void ExpertPool::Participate(uint64_t epoch) {
+void ExpertPool::Participate(uint64_t epoch, int node, int thread) {
   Impl& impl = *impl_;
-  uint64_t w = impl.work.load(std::memory_order_acquire);
-  for (;;) {
-    if (EpochOf(w) != epoch || NextOf(w) >= TotalOf(w)) return;
-    if (!impl.work.compare_exchange_weak(w, w + 1, std::memory_order_acq_rel,
-                                         std::memory_order_acquire)) {
-      continue;
+  const int n_nodes = static_cast<int>(nodes_.size());
+  ThreadCounts& counts = impl.counts[thread];
+  // X, then this node's list, the other nodes' lists, then C (file comment).
+  for (int step = 0; step < impl.n_lists; ++step) {
+    const bool node_list = step > 0 && step <= n_nodes;
+    const int list = node_list ? 1 + (node + step - 1) % n_nodes : step;
+    uint32_t item;
+    while (impl.lists[list].Claim(epoch, &item)) {
+      RunItem(item);  // waits for the items it reads, then counts itself done for its readers
+      if (node_list) {
+        std::atomic<uint64_t>& c = step == 1 ? counts.home : counts.away;
+        c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      }
+      // Release: the caller's acquire of done_total sees every write this item made.
+      impl.done_total.fetch_add(1, std::memory_order_acq_rel);
     }
-    RunItem(NextOf(w));  // waits for the items it reads, then counts itself done for its readers
-    // Release: the caller's acquire of done_total sees every write this item made.
-    impl.done_total.fetch_add(1, std::memory_order_acq_rel);
-    w = impl.work.load(std::memory_order_acquire);
   }
 }
 
-void ExpertPool::Post(uint32_t total_items) {
+void ExpertPool::Post() {
   Impl& impl = *impl_;
   impl.x_done.store(0, std::memory_order_relaxed);
   impl.b_done.store(0, std::memory_order_relaxed);
   impl.done_total.store(0, std::memory_order_relaxed);
   impl.epoch = (impl.epoch + 1) & ((uint64_t{1} << (64 - 2 * kItemBits)) - 1);
-  // Release (seq_cst) publishes the job description written above to every claimer.
-  impl.work.store(Word(impl.epoch, total_items, 0), std::memory_order_seq_cst);
-  if (n_workers_ > 0) EnsureWorkers();
-  Participate(impl.epoch);
+  // Release publishes the job description written before to every claimer of the list; the X
+  // list goes last (seq_cst: it is the announcement, see WorkerMain). An empty list keeps its old
+  // word: another epoch's, fully claimed, so it reads as empty, and its cache line stays shared
+  // instead of moving to every claimer again.
+  uint32_t total_items = impl.lists[0].items();
+  for (int l = impl.n_lists - 1; l > 0; --l) {
+    const uint32_t items = impl.lists[l].items();
+    total_items += items;
+    if (items > 0) impl.lists[l].word.store(Word(impl.epoch, items, 0), std::memory_order_release);
+  }
+  impl.lists[0].word.store(Word(impl.epoch, impl.lists[0].items(), 0), std::memory_order_seq_cst);
+  if (n_threads_ > 1) EnsureWorkers();
+  Participate(impl.epoch, 0, 0);
   while (impl.done_total.load(std::memory_order_acquire) < total_items) _mm_pause();
 }
 
 void ExpertPool::RunEmpty() {
   Impl& impl = *impl_;
   // One no-op item per thread: the claim, completion count and join a real layer pays.
-  const uint32_t items = static_cast<uint32_t>(threads());
+  impl.lists[0].Set({{0, static_cast<uint32_t>(threads())}});
+  for (int l = 1; l < impl.n_lists; ++l) {
+    if (impl.lists[l].items() > 0) impl.lists[l].Set({});  // untouched lines stay shared
+  }
   impl.noop = true;
-  Post(items);
+  Post();
   impl.noop = false;
+}
+
+ExpertPool::ClaimCounts ExpertPool::claim_counts() const {
+  ClaimCounts c;
+  for (int t = 0; t < n_threads_; ++t) {
+    c.home += impl_->counts[t].home.load(std::memory_order_relaxed);
+    c.away += impl_->counts[t].away.load(std::memory_order_relaxed);
+  }
+  return c;
+}
+
+absl::StatusOr<int64_t> ExpertPool::BindWeights(const ExpertWeights& w) {
+  Impl& impl = *impl_;
+  if (!impl.this_system) {
+    return absl::FailedPreconditionError(
+        "expert pool: cannot bind memory on a synthetic topology "
+        "(PoolOptions::synthetic_topology)");
+  }
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const int n_nodes = static_cast<int>(nodes_.size());
+  hwloc_bitmap_t nodeset = hwloc_bitmap_alloc();
+  int64_t bound = 0;
+  absl::Status status;
+  for (const ExpertTensor* t : {&w.gate, &w.up, &w.down}) {
+    const uintptr_t base = reinterpret_cast<uintptr_t>(t->data);
+    // Range boundaries rounded down to pages (the last one up), so the areas tile the tensor.
+    auto boundary = [&](int k) {
+      if (k == n_nodes) return (base + w.n_expert * t->expert_bytes + page - 1) / page * page;
+      return (base + HomeBegin(k, n_nodes, w.n_expert) * t->expert_bytes) / page * page;
+    };
+    const uintptr_t first = base, last = base + w.n_expert * t->expert_bytes - 1;
+    for (int k = 0; k < n_nodes && status.ok(); ++k) {
+      const uintptr_t lo = boundary(k), hi = boundary(k + 1);
+      if (hi <= lo) continue;
+      // Read one byte of every page on the node's own threads first: a file mapping's pages that
+      // are not in memory yet are read in by the faulting CPU's node (the page cache ignores an
+      // area's binding), and resident pages are cheap to read. The binding then moves the rest.
+      auto touch = [&](size_t p0, size_t p1) {
+        uint8_t sum = 0;
+        for (size_t p = p0; p < p1; ++p) {
+          // Clamped to the tensor's own bytes: the first and last pages are shared with neighbours.
+          sum ^= *reinterpret_cast<const volatile uint8_t*>(std::clamp(lo + p * page, first, last));
+        }
+        return sum;
+      };
+      const size_t pages = (hi - lo) / page;
+      NodeWorkers& nw = impl.node_workers[k];
+      if (nw.arena) {
+        nw.arena->execute([&] {
+          tbb::parallel_for(
+              tbb::blocked_range<size_t>(0, pages, 256),
+              [&](const tbb::blocked_range<size_t>& r) { touch(r.begin(), r.end()); });
+        });
+      } else {
+        touch(0, pages);
+      }
+      hwloc_bitmap_only(nodeset, static_cast<unsigned>(nodes_[k].os_index));
+      if (hwloc_set_area_membind(impl.topology, reinterpret_cast<const void*>(lo), hi - lo, nodeset,
+                                 HWLOC_MEMBIND_BIND,
+                                 HWLOC_MEMBIND_MIGRATE | HWLOC_MEMBIND_BYNODESET) != 0) {
+        status = absl::FailedPreconditionError(
+            absl::StrCat("expert pool: binding ", hi - lo, " bytes of expert weights to NUMA node ",
+                         nodes_[k].os_index, " failed: ", std::strerror(errno)));
+      }
+      bound += static_cast<int64_t>(hi - lo);
+    }
+  }
+  hwloc_bitmap_free(nodeset);
+  if (!status.ok()) return status;
+  return bound;
 }
 
 absl::Status ExpertPool::Run(const ExpertWeights& w, std::span<const ExpertJob> jobs,
@@ -463,7 +672,29 @@ absl::Status ExpertPool::Run(const ExpertWeights& w, std::span<const ExpertJob> 
   impl.phase_end[2] = impl.phase_end[1] + impl.n_jobs;
   impl.phase_end[3] = impl.phase_end[2] + impl.n_groups * impl.out_slices;
   impl.phase_end[4] = impl.phase_end[3] + impl.sum_slices;
-  Post(static_cast<uint32_t>(total));
+
+  // Claim lists: X; per node, the A, Q and B items of its home experts' groups; C.
+  const int n_nodes = static_cast<int>(nodes_.size());
+  impl.node_group.assign(n_nodes + 1, impl.n_groups);
+  for (int k = n_nodes - 1; k >= 0; --k) {
+    const int64_t first_expert = HomeBegin(k, n_nodes, w.n_expert);
+    int gi = impl.node_group[k + 1];
+    while (gi > 0 && impl.groups[gi - 1].expert >= first_expert) --gi;
+    impl.node_group[k] = gi;
+  }
+  auto first_slot = [&impl](int gi) {
+    return static_cast<uint32_t>(gi < impl.n_groups ? impl.groups[gi].first : impl.n_jobs);
+  };
+  impl.lists[0].Set({{0, impl.phase_end[0]}});
+  for (int k = 0; k < n_nodes; ++k) {
+    const uint32_t g0 = impl.node_group[k], g1 = impl.node_group[k + 1];
+    const uint32_t ff = impl.ff_slices, oc = impl.out_slices;
+    impl.lists[1 + k].Set({{impl.phase_end[0] + g0 * ff, impl.phase_end[0] + g1 * ff},
+                           {impl.phase_end[1] + first_slot(g0), impl.phase_end[1] + first_slot(g1)},
+                           {impl.phase_end[2] + g0 * oc, impl.phase_end[2] + g1 * oc}});
+  }
+  impl.lists[n_nodes + 1].Set({{impl.phase_end[3], impl.phase_end[4]}});
+  Post();
   return absl::OkStatus();
 }
 

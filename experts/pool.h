@@ -1,10 +1,11 @@
 // The CPU expert pool: runs one layer's routed experts (a list of (row, expert, weight) jobs) on
 // pinned threads with quantised kernels, adding Σ weight · expert(x[row]) into out[row].
-// Threads come from a oneTBB task_arena (workers pinned to cores with hwloc; the calling thread,
-// which also works, keeps its own core). Workers spin for a window after each layer, then leave the
-// arena so that other TBB work can use the cores; scratch is mimalloc memory that only grows when a
-// larger layer shape arrives, so steady-state layers allocate nothing. Must not depend on
-// runtime/reference or engine: callers (engine, bench) wire it in.
+// Threads come from one oneTBB task_arena per NUMA node (workers pinned to that node's cores with
+// hwloc; the calling thread, which also works, keeps its own core), and each node's threads take
+// the work of the experts homed on that node first (topology.h). Workers spin for a window after
+// each layer, then leave their arena so that other TBB work can use the cores; scratch is mimalloc
+// memory that only grows when a larger layer shape arrives, so steady-state layers allocate
+// nothing. Must not depend on runtime/reference or engine: callers (engine, bench) wire it in.
 #pragma once
 
 #include <atomic>
@@ -17,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "experts/isa.h"
 #include "experts/kernels.h"
+#include "experts/topology.h"
 #include "runtime/format/tensor_info.h"
 #include "runtime/quant/ggml_type.h"
 
@@ -72,6 +74,10 @@ struct PoolOptions {
   std::string isa = "auto";  // auto | avx512 | avx2 | scalar
   int spin_us = kDefaultSpinMicros;
   bool pin = true;           // pin workers to cores with hwloc
+  bool numa = true;          // one arena per NUMA node (false: one arena over every core)
+  // An hwloc synthetic topology to plan threads for instead of this machine's, e.g.
+  // "package:2 numa:1 core:4 pu:1" (for tests): nothing is pinned and BindWeights refuses.
+  std::string synthetic_topology = {};
 };
 
 class ExpertPool {
@@ -91,21 +97,37 @@ class ExpertPool {
   // Dispatch and join of a job of one no-op item per thread: the pool's fixed cost per layer.
   void RunEmpty();
 
-  int threads() const { return n_workers_ + 1; }
+  // Places the memory of each node's home experts (HomeBegin in topology.h), in all three tensors,
+  // on that node: the node's threads read every page once (so a file mapping's pages not yet in
+  // memory are read in there), then the area is bound to the node and pages elsewhere are moved.
+  // Returns the bytes bound (whole pages, so a range may take a page of its neighbour). Speed
+  // only: results do not depend on where weights live. Reads the whole expert set: at load time.
+  absl::StatusOr<int64_t> BindWeights(const ExpertWeights& w);
+
+  // Items of the node-homed phases (gate/up, quantise, down) run by a thread of the expert's home
+  // node, and by a thread of another node that had run out of its own, since Create.
+  struct ClaimCounts {
+    uint64_t home = 0, away = 0;
+  };
+  ClaimCounts claim_counts() const;
+
+  const std::vector<PoolNode>& nodes() const { return nodes_; }
+  int threads() const { return n_threads_; }
   Isa isa() const { return isa_; }
   int spin_us() const { return spin_us_; }
 
  private:
   struct Impl;
   ExpertPool() = default;
-  void Post(uint32_t total_items);
-  void Participate(uint64_t epoch);
-  void WorkerMain();
+  void Post();
+  void Participate(uint64_t epoch, int node, int thread);
+  void WorkerMain(int node);
   void EnsureWorkers();
   void RunItem(uint32_t item);
 
   Isa isa_ = Isa::kScalar;
-  int n_workers_ = 0;
+  std::vector<PoolNode> nodes_;
+  int n_threads_ = 0;
   int spin_us_ = 0;
   std::unique_ptr<Impl> impl_;
 };

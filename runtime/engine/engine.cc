@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "experts/pool.h"
 #include "runtime/base/status_macros.h"
 #if defined(TANDEM_WITH_CUDA)
@@ -70,6 +71,45 @@ class PoolExpertComputer : public reference::ExpertComputer {
   std::vector<experts::ExpertJob> jobs_;
 };
 
+// Places every layer's experts on their home NUMA nodes (experts/topology.h) once, at load: this
+// reads the whole expert set (progress reported), so the first tokens neither fault pages in nor
+// read them across nodes. Layers whose experts the pool cannot run are left alone: the forward
+// pass reports those. Placement only changes speed, so a failure is a note.
+void BindExpertsToNodes(const model::Model& model, experts::ExpertPool& pool,
+                        const model::ProgressFn& progress, std::vector<std::string>* notes) {
+  std::vector<experts::ExpertWeights> layers;
+  uint64_t total = 0;
+  for (int il = 0; il < model.hparams().n_layer; ++il) {
+    const std::string p = absl::StrCat("blk.", il, ".");
+    const format::TensorInfo* gate = model.Find(p + "ffn_gate_exps.weight");
+    const format::TensorInfo* up = model.Find(p + "ffn_up_exps.weight");
+    const format::TensorInfo* down = model.Find(p + "ffn_down_exps.weight");
+    if (gate == nullptr || up == nullptr || down == nullptr) continue;
+    absl::StatusOr<experts::ExpertWeights> w =
+        experts::ExpertWeights::FromTensors(*gate, *up, *down);
+    if (!w.ok()) continue;
+    total += static_cast<uint64_t>(w->ExpertBytes() * w->n_expert);
+    layers.push_back(*w);
+  }
+  int64_t bound = 0;
+  uint64_t done = 0;
+  for (const experts::ExpertWeights& w : layers) {
+    absl::StatusOr<int64_t> bytes = pool.BindWeights(w);
+    done += static_cast<uint64_t>(w.ExpertBytes() * w.n_expert);
+    if (progress) progress(done, total);
+    if (!bytes.ok()) {
+      notes->push_back(absl::StrCat("expert weights stay where the OS put them (",
+                                    bytes.status().message(), ")"));
+      return;
+    }
+    bound += *bytes;
+  }
+  notes->push_back(
+      absl::StrFormat("expert pool: %d NUMA nodes, %.2f GiB of expert weights bound "
+                      "to their nodes",
+                      pool.nodes().size(), bound / double(1 << 30)));
+}
+
 }  // namespace
 
 std::string CudaBackendUnavailableReason() {
@@ -132,8 +172,12 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& option
     experts::PoolOptions pool_options;
     pool_options.threads = options.threads;
     pool_options.isa = options.cpu_isa;
+    pool_options.numa = options.cpu_numa;
     TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<experts::ExpertPool> pool,
                             experts::ExpertPool::Create(pool_options));
+    if (pool->nodes().size() > 1) {
+      BindExpertsToNodes(*engine->model_, *pool, options.progress, &engine->notes_);
+    }
     engine->expert_computer_ = std::make_unique<PoolExpertComputer>(std::move(pool), hp.n_layer);
   }
 

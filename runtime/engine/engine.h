@@ -46,6 +46,7 @@ struct EngineOptions {
   int n_ctx = 0;                   // 0: the smaller of the model's training context and 4096
   int threads = 0;                 // CPU threads for the whole process; 0: every core
   std::string cpu_isa = "auto";    // cpu backend kernels: auto | avx512 | avx2 | scalar
+  bool cpu_numa = true;  // cpu backend: a pool arena per NUMA node, experts bound to nodes
   std::string tokenizer;           // optional tokenizer.json overriding the model's own
   std::string routing_log;         // append routing decisions to this file when set
   // Expert placement: "" (none), "auto" (planned from the routing seen while serving) or a

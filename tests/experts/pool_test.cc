@@ -4,9 +4,12 @@
 // accumulated onto random data.
 // Prefill-sized layers (200 and 512 rows, one expert chosen by every row: the tiled kernels and
 // groups cut at kMaxTileRows) against the single-threaded scalar pool.
+// NUMA: pools planned on synthetic 2- and 3-node topologies (one claim list per node) against one
+// node, and binding expert memory on this machine.
 #include "experts/pool.h"
 
 #include <gtest/gtest.h>
+#include <hwloc.h>
 
 #include <random>
 #include <string>
@@ -212,6 +215,82 @@ TEST(PoolTest, EmptyJobsAndEmptyDispatchReturn) {
   std::vector<float> x(64, 1.0f), out(64, 3.0f);
   EXPECT_TRUE((*pool)->Run(d.w, {}, x.data(), 1, out.data()).ok());
   EXPECT_EQ(out, std::vector<float>(64, 3.0f));
+}
+
+// Which node's threads run an item never changes a result (pool.cc), so pools planned over 2 and 3
+// synthetic NUMA nodes must match one node bit for bit, with experts homed on every node and
+// shared by rows; and every node-list item is counted once, at home or away.
+TEST(PoolNuma, NodeListsGiveTheSameResultsAsOneNode) {
+  const ExpertData d = MakeExperts(GgmlType::kQ4_K, 512, 256, 12, 4242);
+  const std::string topology = "package:3 numa:1 core:2 pu:1";
+  for (int n_rows : {1, 4, 33}) {
+    SCOPED_TRACE(testing::Message() << "rows " << n_rows);
+    const std::vector<float> x = RandomFloats(static_cast<size_t>(n_rows * d.hidden), n_rows + 9);
+    const std::vector<ExpertJob> jobs = RandomJobs(n_rows, 12, 4, n_rows * 17 + 3);
+    const std::vector<float> base = RandomFloats(x.size(), n_rows + 3000, 0.01f);
+    for (int threads : {2, 4, 6}) {
+      PoolOptions one_node{.threads = threads, .numa = false, .synthetic_topology = topology};
+      auto single = ExpertPool::Create(one_node);
+      ASSERT_TRUE(single.ok()) << single.status();
+      ASSERT_EQ((*single)->nodes().size(), 1u);
+      std::vector<float> want = base;
+      ASSERT_TRUE((*single)->Run(d.w, jobs, x.data(), n_rows, want.data()).ok());
+      const ExpertPool::ClaimCounts single_counts = (*single)->claim_counts();
+      EXPECT_GT(single_counts.home, 0u);
+      EXPECT_EQ(single_counts.away, 0u);  // one node: nothing is away
+
+      PoolOptions numa{.threads = threads, .numa = true, .synthetic_topology = topology};
+      auto pool = ExpertPool::Create(numa);
+      ASSERT_TRUE(pool.ok()) << pool.status();
+      ASSERT_EQ((*pool)->nodes().size(), std::min<size_t>(threads, 3));
+      std::vector<float> got = base;
+      ASSERT_TRUE((*pool)->Run(d.w, jobs, x.data(), n_rows, got.data()).ok());
+      EXPECT_EQ(got, want) << threads << " threads over " << (*pool)->nodes().size() << " nodes";
+      const ExpertPool::ClaimCounts counts = (*pool)->claim_counts();
+      EXPECT_EQ(counts.home + counts.away, single_counts.home);
+    }
+  }
+}
+
+TEST(PoolNuma, RefusesBadSyntheticTopologiesAndBindingOnThem) {
+  EXPECT_EQ(ExpertPool::Create({.synthetic_topology = "numa:banana"}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto pool =
+      ExpertPool::Create({.threads = 2, .synthetic_topology = "package:2 numa:1 core:1 pu:1"});
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  EXPECT_EQ((*pool)->nodes().size(), 2u);
+  const ExpertData d = MakeExperts(GgmlType::kQ8_0, 64, 64, 2, 5);
+  EXPECT_EQ((*pool)->BindWeights(d.w).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// On this machine: every page of the three tensors is bound, and hwloc finds them on the pool's
+// nodes afterwards (a single-node host binds everything to its one node).
+TEST(PoolNuma, BindWeightsPlacesEveryPageOnThePoolsNodes) {
+  const ExpertData d = MakeExperts(GgmlType::kQ4_K, 1024, 512, 8, 77);
+  auto pool = ExpertPool::Create({});
+  ASSERT_TRUE(pool.ok());
+  auto bound = (*pool)->BindWeights(d.w);
+  ASSERT_TRUE(bound.ok()) << bound.status();
+  const int64_t bytes = d.w.ExpertBytes() * d.n_expert;
+  EXPECT_GE(*bound, bytes);
+  EXPECT_LE(*bound, bytes + 6 * 4096 * static_cast<int64_t>((*pool)->nodes().size()));
+
+  hwloc_topology_t topo = nullptr;
+  ASSERT_EQ(hwloc_topology_init(&topo), 0);
+  ASSERT_EQ(hwloc_topology_load(topo), 0);
+  hwloc_bitmap_t pool_nodes = hwloc_bitmap_alloc(), where = hwloc_bitmap_alloc();
+  for (const PoolNode& node : (*pool)->nodes()) {
+    hwloc_bitmap_set(pool_nodes, static_cast<unsigned>(node.os_index));
+  }
+  for (const std::vector<uint8_t>* t : {&d.gate, &d.up, &d.down}) {
+    ASSERT_EQ(
+        hwloc_get_area_memlocation(topo, t->data(), t->size(), where, HWLOC_MEMBIND_BYNODESET), 0);
+    EXPECT_FALSE(hwloc_bitmap_iszero(where));
+    EXPECT_TRUE(hwloc_bitmap_isincluded(where, pool_nodes));
+  }
+  hwloc_bitmap_free(where);
+  hwloc_bitmap_free(pool_nodes);
+  hwloc_topology_destroy(topo);
 }
 
 }  // namespace

@@ -45,6 +45,10 @@ void AddEngineFlags(CLI::App* cmd, engine::EngineOptions* options) {
                   "Expert kernels of --backend cpu: auto, avx512, avx2 or scalar (forcing an ISA "
                   "this CPU lacks is an error)")
       ->capture_default_str();
+  cmd->add_flag("!--no-cpu-numa", options->cpu_numa,
+                "--backend cpu: one expert-pool arena over every core, and expert weights left "
+                "where the OS put them, instead of an arena per NUMA node with each node's share "
+                "of the experts bound to its memory (the default; same results either way)");
   cmd->add_option("--threads", options->threads, "CPU threads (0: every core)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
@@ -73,8 +77,15 @@ void AddEngineFlags(CLI::App* cmd, engine::EngineOptions* options) {
 
 absl::StatusOr<std::unique_ptr<engine::Engine>> LoadEngine(engine::EngineOptions options) {
   std::unique_ptr<ProgressBar> bar;
-  options.progress = [&bar](uint64_t done, uint64_t total) {
-    if (!bar) bar = std::make_unique<ProgressBar>("loading", total);
+  uint64_t bar_total = 0;
+  // Loading may report several passes (a synthesis, then placing expert weights on NUMA nodes),
+  // each with its own total: a new total starts a new bar.
+  options.progress = [&bar, &bar_total](uint64_t done, uint64_t total) {
+    if (!bar || total != bar_total) {
+      bar.reset();
+      bar = std::make_unique<ProgressBar>("loading", total);
+      bar_total = total;
+    }
     bar->Update(done);
   };
   auto engine = engine::Engine::Load(options);

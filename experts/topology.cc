@@ -1,0 +1,58 @@
+#include "experts/topology.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace tandem::experts {
+
+absl::StatusOr<std::vector<PoolNode>> PlanPoolNodes(hwloc_topology_t topology, int threads,
+                                                    bool numa) {
+  if (threads < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("expert pool: ", threads, " threads"));
+  }
+  // The cores of each NUMA node that has any; memory-only nodes (CXL, HBM) have none.
+  struct NodeCores {
+    int os_index;
+    std::vector<int> cores;
+  };
+  std::vector<NodeCores> nodes;
+  const int n_numa = hwloc_get_nbobjs_by_type(topology, HWLOC_OBJ_NUMANODE);
+  for (int i = 0; i < n_numa; ++i) {
+    hwloc_obj_t node = hwloc_get_obj_by_type(topology, HWLOC_OBJ_NUMANODE, i);
+    NodeCores nc{static_cast<int>(node->os_index), {}};
+    for (hwloc_obj_t core = nullptr; (core = hwloc_get_next_obj_inside_cpuset_by_type(
+                                          topology, node->cpuset, HWLOC_OBJ_CORE, core));) {
+      nc.cores.push_back(static_cast<int>(core->logical_index));
+    }
+    if (!nc.cores.empty()) nodes.push_back(std::move(nc));
+  }
+  if (nodes.empty()) {
+    return absl::FailedPreconditionError(
+        "expert pool: the hwloc topology has no NUMA node with cores");
+  }
+  if (!numa && nodes.size() > 1) {
+    // One node over every core, in logical order.
+    NodeCores all{nodes[0].os_index, {}};
+    for (const NodeCores& nc : nodes)
+      all.cores.insert(all.cores.end(), nc.cores.begin(), nc.cores.end());
+    std::sort(all.cores.begin(), all.cores.end());
+    nodes.assign(1, std::move(all));
+  }
+
+  std::vector<PoolNode> plan(nodes.size());
+  std::vector<int> next_core(nodes.size(), 0);
+  for (size_t k = 0; k < nodes.size(); ++k) plan[k].os_index = nodes[k].os_index;
+  plan[0].has_caller = true;
+  next_core[0] = 1;  // the caller's core
+  for (int t = 1; t < threads; ++t) {
+    const size_t k = t % nodes.size();
+    const std::vector<int>& cores = nodes[k].cores;
+    plan[k].worker_cores.push_back(cores[next_core[k]++ % cores.size()]);
+  }
+  // A node without a thread would only be read from afar: leave it out of the plan.
+  std::erase_if(plan, [](const PoolNode& n) { return n.threads() == 0; });
+  return plan;
+}
+
+}  // namespace tandem::experts

@@ -1,0 +1,44 @@
+// Where the expert pool's threads run and where expert weights live on a NUMA machine. Each NUMA
+// node that has cores gets its own group of pool threads (its own task_arena in pool.cc), pinned to
+// its cores, and is the home of one contiguous range of every layer's experts: those experts'
+// weights are bound to the node's memory and its threads compute them first. Reading weights is
+// the pool's whole cost, so a thread should read from the memory controller next to it.
+// Pure planning over an hwloc topology, so a synthetic topology can stand in for a machine in
+// tests.
+#pragma once
+
+#include <hwloc.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace tandem::experts {
+
+struct PoolNode {
+  int os_index = 0;               // the NUMA node's OS number (hwloc os_index)
+  bool has_caller = false;        // the calling thread counts here (node 0 only)
+  std::vector<int> worker_cores;  // hwloc logical core index of each worker, in arena-slot order
+  int threads() const { return static_cast<int>(worker_cores.size()) + (has_caller ? 1 : 0); }
+};
+
+// Spreads `threads` compute threads (the caller included) over the topology's NUMA nodes that
+// have cores, one at a time round-robin so every node's memory controller gets readers. The caller
+// takes the first node's first core, which no worker uses while there are other cores. Within a
+// node, cores go in hwloc's logical order; past the core count they are reused in the same order.
+// With `numa` false, or on a machine with one node, everything is one node (os_index of the first).
+absl::StatusOr<std::vector<PoolNode>> PlanPoolNodes(hwloc_topology_t topology, int threads,
+                                                    bool numa);
+
+// Node k is the home of experts [HomeBegin(k), HomeBegin(k + 1)): contiguous ranges, so a node's
+// share of a stacked expert tensor is one area to bind.
+inline int64_t HomeBegin(int node, int n_nodes, int64_t n_expert) {
+  return n_expert * node / n_nodes;
+}
+// The node whose range holds `expert`: the largest k with HomeBegin(k) <= expert.
+inline int HomeNode(int64_t expert, int n_nodes, int64_t n_expert) {
+  return static_cast<int>(((expert + 1) * n_nodes - 1) / n_expert);
+}
+
+}  // namespace tandem::experts

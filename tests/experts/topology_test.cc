@@ -1,0 +1,97 @@
+// Thread and expert placement over NUMA nodes, planned on synthetic hwloc topologies (two packages
+// of one node each, four cores each) so the multi-node layouts are checked on any machine.
+#include "experts/topology.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tandem::experts {
+namespace {
+
+struct TopologyDeleter {
+  void operator()(hwloc_topology* t) const { hwloc_topology_destroy(t); }
+};
+using Topology = std::unique_ptr<hwloc_topology, TopologyDeleter>;
+
+Topology Synthetic(const std::string& description) {
+  hwloc_topology_t t = nullptr;
+  EXPECT_EQ(hwloc_topology_init(&t), 0);
+  EXPECT_EQ(hwloc_topology_set_synthetic(t, description.c_str()), 0) << description;
+  EXPECT_EQ(hwloc_topology_load(t), 0);
+  return Topology(t);
+}
+
+constexpr char kTwoNodes[] = "package:2 numa:1 core:4 pu:2";
+
+TEST(PlanPoolNodes, SpreadsThreadsRoundRobinOverNodesAndKeepsTheCallersCore) {
+  Topology topo = Synthetic(kTwoNodes);
+  auto plan = PlanPoolNodes(topo.get(), 8, /*numa=*/true);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->size(), 2u);
+  EXPECT_EQ((*plan)[0].os_index, 0);
+  EXPECT_TRUE((*plan)[0].has_caller);
+  EXPECT_EQ((*plan)[0].worker_cores, (std::vector<int>{1, 2, 3}));  // core 0 is the caller's
+  EXPECT_EQ((*plan)[1].os_index, 1);
+  EXPECT_FALSE((*plan)[1].has_caller);
+  EXPECT_EQ((*plan)[1].worker_cores, (std::vector<int>{4, 5, 6, 7}));
+
+  plan = PlanPoolNodes(topo.get(), 3, true);
+  ASSERT_TRUE(plan.ok());
+  ASSERT_EQ(plan->size(), 2u);
+  EXPECT_EQ((*plan)[0].threads(), 2);
+  EXPECT_EQ((*plan)[0].worker_cores, (std::vector<int>{1}));
+  EXPECT_EQ((*plan)[1].worker_cores, (std::vector<int>{4}));
+}
+
+TEST(PlanPoolNodes, ReusesCoresPastTheCoreCount) {
+  Topology topo = Synthetic(kTwoNodes);
+  auto plan = PlanPoolNodes(topo.get(), 12, true);
+  ASSERT_TRUE(plan.ok());
+  ASSERT_EQ(plan->size(), 2u);
+  EXPECT_EQ((*plan)[0].worker_cores, (std::vector<int>{1, 2, 3, 0, 1}));
+  EXPECT_EQ((*plan)[1].worker_cores, (std::vector<int>{4, 5, 6, 7, 4, 5}));
+}
+
+TEST(PlanPoolNodes, DropsNodesWithoutThreadsAndMergesWhenNumaIsOff) {
+  Topology topo = Synthetic(kTwoNodes);
+  auto plan = PlanPoolNodes(topo.get(), 1, true);
+  ASSERT_TRUE(plan.ok());
+  ASSERT_EQ(plan->size(), 1u);  // the caller alone: node 1 would only be read from afar
+  EXPECT_TRUE((*plan)[0].has_caller);
+  EXPECT_TRUE((*plan)[0].worker_cores.empty());
+
+  plan = PlanPoolNodes(topo.get(), 8, /*numa=*/false);
+  ASSERT_TRUE(plan.ok());
+  ASSERT_EQ(plan->size(), 1u);
+  EXPECT_EQ((*plan)[0].worker_cores, (std::vector<int>{1, 2, 3, 4, 5, 6, 7}));
+
+  Topology one = Synthetic("core:4 pu:1");
+  plan = PlanPoolNodes(one.get(), 4, true);
+  ASSERT_TRUE(plan.ok());
+  ASSERT_EQ(plan->size(), 1u);
+  EXPECT_EQ((*plan)[0].worker_cores, (std::vector<int>{1, 2, 3}));
+
+  EXPECT_EQ(PlanPoolNodes(one.get(), 0, true).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(HomeNode, RangesAreContiguousCoverEveryExpertAndAgreeWithHomeBegin) {
+  for (int n_nodes : {1, 2, 3, 4, 7}) {
+    for (int64_t n_expert : {1, 2, 5, 10, 128, 512}) {
+      EXPECT_EQ(HomeBegin(0, n_nodes, n_expert), 0);
+      EXPECT_EQ(HomeBegin(n_nodes, n_nodes, n_expert), n_expert);
+      for (int k = 0; k < n_nodes; ++k) {
+        for (int64_t e = HomeBegin(k, n_nodes, n_expert); e < HomeBegin(k + 1, n_nodes, n_expert);
+             ++e) {
+          ASSERT_EQ(HomeNode(e, n_nodes, n_expert), k)
+              << "expert " << e << " of " << n_expert << ", " << n_nodes << " nodes";
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tandem::experts
