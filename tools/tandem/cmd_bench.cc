@@ -3,10 +3,10 @@
 // shape: hidden 2048, FFN 768, Q3_K and Q4_K, 1/2/10 experts at 1 row and 10 experts shared by
 // 4 rows; the Qwen3-30B-A3B shape, 8 Q4_K experts), rotating over enough distinct experts that the
 // working set is far beyond L3, and the empty job (dispatch + join). Reports ratios, not only
-// times. The stream bandwidth is measured again right before every case and each case's ratio is
-// taken against that measurement: on a shared host (the 16-core H200 host moved between 55 and 98
-// GB/s within one run, 2026-11-30) a single figure from the start compared layers with another
-// moment's machine.
+// times. The stream bandwidth is measured again right before every fifth of every case and each
+// fifth's ratio is taken against that measurement (TimeLayer): on a shared host (the 16-core H200
+// host moved between 55 and 102 GB/s within one run, 2026-11-30) a single figure from the start
+// compared layers with another moment's machine.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -30,6 +30,7 @@ struct Options {
   std::string json;
   int threads = 0;
   std::string isa = "auto";
+  bool numa = true;
   double seconds = 0.5;  // per case
   int n_expert = 128;    // distinct experts per type, rotated
 };
@@ -38,9 +39,22 @@ struct Options {
 // its slice with 64-bit loads.
 class StreamProbe {
  public:
+  // Each thread fills the slice it will read, so on a NUMA host the slices start out on the nodes
+  // of the threads that read them (first touch; the threads are not pinned).
   explicit StreamProbe(int threads)
-      : threads_(threads), buf_((size_t{1} << 30) / 8), sums_(threads * 8) {
-    for (size_t i = 0; i < buf_.size(); ++i) buf_[i] = i;
+      : threads_(threads),
+        buf_(new uint64_t[(size_t{1} << 30) / 8]),
+        size_((size_t{1} << 30) / 8),
+        sums_(threads * 8) {
+    std::vector<std::thread> fill;
+    for (int t = 0; t < threads_; ++t) {
+      fill.emplace_back([this, t] {
+        const size_t n = size_ / threads_, first = n * t,
+                     end = t + 1 == threads_ ? size_ : first + n;
+        for (size_t i = first; i < end; ++i) buf_[i] = i;
+      });
+    }
+    for (auto& th : fill) th.join();
   }
   // The best of `passes` passes, GB/s.
   double Measure(int passes) {
@@ -50,7 +64,7 @@ class StreamProbe {
       std::vector<std::thread> pool;
       for (int t = 0; t < threads_; ++t) {
         pool.emplace_back([this, t] {
-          const size_t n = buf_.size() / threads_, first = n * t;
+          const size_t n = size_ / threads_ / 4 * 4, first = n * t;  // whole steps of 4
           uint64_t a = 0, b = 0, c = 0, d = 0;
           for (size_t i = first; i < first + n; i += 4) {
             a += buf_[i];
@@ -62,15 +76,16 @@ class StreamProbe {
         });
       }
       for (auto& th : pool) th.join();
-      best =
-          std::max(best, static_cast<double>(buf_.size() * 8) / Seconds(Clock::now() - t0) / 1e9);
+      best = std::max(best, static_cast<double>(size_ / threads_ / 4 * 4 * threads_ * 8) /
+                                Seconds(Clock::now() - t0) / 1e9);
     }
     return best;
   }
 
  private:
   int threads_;
-  std::vector<uint64_t> buf_;
+  std::unique_ptr<uint64_t[]> buf_;  // uninitialised until the threads fill it
+  size_t size_;
   std::vector<uint64_t> sums_;
 };
 
@@ -94,28 +109,46 @@ ExpertBank MakeBank(quant::GgmlType type, int64_t hidden, int64_t n_ff, int n_ex
   return b;
 }
 
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 // One layer of `n_experts` experts, each chosen by all `rows` rows; experts rotate every layer.
-// The stream bandwidth is measured first (best of 3 passes) and the ratio taken against it.
+// The case runs in kRounds rounds, each measuring the stream bandwidth (best of 2 passes) and then
+// timing layers for a fifth of `seconds`; each round's ratio is taken against its own stream figure
+// and the case reports the medians. On the shared 16-core host the stream figure drifts within a
+// second (66-102 GB/s in one run), so a ceiling measured once per case can belong to another
+// moment's machine than the layers it is compared with.
 nlohmann::json TimeLayer(experts::ExpertPool& pool, const ExpertBank& bank, const char* name,
                          int n_experts, int rows, double seconds, StreamProbe& stream) {
-  const double stream_gbps = stream.Measure(3);
+  constexpr int kRounds = 5;
   const int64_t H = bank.w.hidden;
   std::vector<float> x(rows * H, 0.25f), out(rows * H, 0.0f);
   std::vector<experts::ExpertJob> jobs;
   const int n_bank = static_cast<int>(bank.w.n_expert);
+  const double bytes = static_cast<double>(bank.w.ExpertBytes()) * n_experts;
   int64_t layers = 0;
   int next = 0;
-  const auto t0 = Clock::now();
-  while (Seconds(Clock::now() - t0) < seconds || layers < 20) {
-    jobs.clear();
-    for (int e = 0; e < n_experts; ++e, next = (next + 1) % n_bank) {
-      for (int r = 0; r < rows; ++r) jobs.push_back({r, next, 0.1f});
+  std::vector<double> round_s, round_stream, round_ratio;
+  for (int round = 0; round < kRounds; ++round) {
+    round_stream.push_back(stream.Measure(2));
+    int64_t round_layers = 0;
+    const auto t0 = Clock::now();
+    while (Seconds(Clock::now() - t0) < seconds / kRounds || round_layers < 4) {
+      jobs.clear();
+      for (int e = 0; e < n_experts; ++e, next = (next + 1) % n_bank) {
+        for (int r = 0; r < rows; ++r) jobs.push_back({r, next, 0.1f});
+      }
+      if (!pool.Run(bank.w, jobs, x.data(), rows, out.data()).ok()) std::abort();
+      ++round_layers;
     }
-    if (!pool.Run(bank.w, jobs, x.data(), rows, out.data()).ok()) std::abort();
-    ++layers;
+    round_s.push_back(Seconds(Clock::now() - t0) / round_layers);
+    round_ratio.push_back(bytes / round_s.back() / 1e9 / round_stream.back());
+    layers += round_layers;
   }
-  const double s = Seconds(Clock::now() - t0) / layers;
-  const double bytes = static_cast<double>(bank.w.ExpertBytes()) * n_experts;
+  const double s = Median(round_s), stream_gbps = Median(round_stream);
+  const double ratio = Median(round_ratio);
   nlohmann::json j;
   j["case"] = name;
   j["type"] = quant::GetTypeInfo(bank.w.gate.type).name;
@@ -124,14 +157,17 @@ nlohmann::json TimeLayer(experts::ExpertPool& pool, const ExpertBank& bank, cons
   j["experts"] = n_experts;
   j["rows"] = rows;
   j["layers_timed"] = layers;
-  j["us_per_layer"] = s * 1e6;
+  j["us_per_layer"] = s * 1e6;  // the median round's
   j["stream_gbps"] = stream_gbps;
   j["expert_gbps"] = bytes / s / 1e9;
-  j["bandwidth_ratio"] = bytes / s / 1e9 / stream_gbps;
+  j["bandwidth_ratio"] = ratio;  // median over rounds of (round's expert GB/s ÷ its stream GB/s)
+  j["bandwidth_ratio_rounds"] = round_ratio;
+  const auto [lo, hi] = std::minmax_element(round_ratio.begin(), round_ratio.end());
   std::printf(
-      "%-28s %-5s experts %2d rows %d: %9.1f us/layer  %6.2f GB/s  %.2f of stream (%.1f GB/s)\n",
-      name, j["type"].get<std::string>().c_str(), n_experts, rows, s * 1e6, bytes / s / 1e9,
-      bytes / s / 1e9 / stream_gbps, stream_gbps);
+      "%-28s %-5s experts %2d rows %d: %9.1f us/layer  %6.2f GB/s  %.2f of stream (%.1f GB/s; "
+      "rounds %.2f-%.2f)\n",
+      name, j["type"].get<std::string>().c_str(), n_experts, rows, s * 1e6, bytes / s / 1e9, ratio,
+      stream_gbps, *lo, *hi);
   return j;
 }
 
@@ -139,6 +175,7 @@ int BenchExperts(const Options& o) {
   experts::PoolOptions po;
   po.threads = o.threads;
   po.isa = o.isa;
+  po.numa = o.numa;
   auto pool = experts::ExpertPool::Create(po);
   if (!pool.ok()) {
     std::fprintf(stderr, "tandem bench experts: %s\n", std::string(pool.status().message()).c_str());
@@ -150,16 +187,33 @@ int BenchExperts(const Options& o) {
   report["isa"] = experts::IsaName(p.isa());
   report["spin_us"] = p.spin_us();
   report["distinct_experts_per_type"] = o.n_expert;
+  nlohmann::json nodes = nlohmann::json::array();
+  std::printf("pool: %d threads on %zu NUMA node(s):", p.threads(), p.nodes().size());
+  for (const experts::PoolNode& n : p.nodes()) {
+    nodes.push_back({{"os_index", n.os_index}, {"threads", n.threads()}});
+    std::printf(" node %d x %d", n.os_index, n.threads());
+  }
+  std::printf("\n");
+  report["numa_nodes"] = nodes;
   StreamProbe stream(p.threads());
   const double stream_first = stream.Measure(5);
-  std::printf("stream read, %d threads: %.2f GB/s (measured again before each case)\n", p.threads(),
-              stream_first);
+  std::printf("stream read, %d threads: %.2f GB/s (measured again in every round of every case)\n",
+              p.threads(), stream_first);
   report["stream_gbps_first"] = stream_first;
 
   nlohmann::json cases = nlohmann::json::array();
   double best_ratio = 0, rows1_us = 0, rows4_us = 0;
   for (quant::GgmlType type : {quant::GgmlType::kQ3_K, quant::GgmlType::kQ4_K}) {
     const ExpertBank bank = MakeBank(type, 2048, 768, o.n_expert);
+    if (p.nodes().size() > 1) {
+      // Each node's home experts on its own memory, as the engine binds a model's.
+      absl::StatusOr<int64_t> bound = p.BindWeights(bank.w);
+      if (!bound.ok()) {
+        std::fprintf(stderr, "tandem bench experts: %s\n",
+                     std::string(bound.status().message()).c_str());
+        return 1;
+      }
+    }
     report["working_set_bytes_" + std::string(quant::GetTypeInfo(type).name)] =
         bank.w.ExpertBytes() * o.n_expert;
     for (int e : {1, 2, 10}) {
@@ -178,8 +232,7 @@ int BenchExperts(const Options& o) {
   report["cases"] = cases;
   std::vector<double> streams;
   for (const nlohmann::json& c : cases) streams.push_back(c["stream_gbps"].get<double>());
-  std::sort(streams.begin(), streams.end());
-  const double stream_median = streams[streams.size() / 2];
+  const double stream_median = Median(streams);
 
   // Empty job: workers spinning (back to back), then after the spin window has expired.
   for (int i = 0; i < 1000; ++i) p.RunEmpty();
@@ -200,6 +253,13 @@ int BenchExperts(const Options& o) {
               dispatch_us, cold_us, p.spin_us());
   report["dispatch_us"] = dispatch_us;
   report["dispatch_after_sleep_us"] = cold_us;
+  const experts::ExpertPool::ClaimCounts claims = p.claim_counts();
+  report["items_at_home"] = claims.home;
+  report["items_away"] = claims.away;
+  std::printf("expert work items run on their experts' home node: %.3f (%llu of %llu)\n",
+              claims.home / std::max(1.0, double(claims.home + claims.away)),
+              static_cast<unsigned long long>(claims.home),
+              static_cast<unsigned long long>(claims.home + claims.away));
 
   nlohmann::json summary;
   summary["stream_gbps"] = stream_median;  // median of the per-case measurements
@@ -230,6 +290,9 @@ void RegisterBench(CLI::App& app, int* exit_code) {
   ex->add_option("--json", options->json, "Write the report here");
   ex->add_option("--threads", options->threads, "Pool threads including the caller (0: every core)");
   ex->add_option("--cpu-isa", options->isa, "Kernels: auto, avx512, avx2 or scalar");
+  ex->add_flag("!--no-cpu-numa", options->numa,
+               "One arena over every core and weights unbound, instead of an arena per NUMA node "
+               "with each node's home experts bound to its memory");
   ex->add_option("--seconds", options->seconds, "Time per case")->check(CLI::PositiveNumber);
   ex->add_option("--experts", options->n_expert, "Distinct experts per type (working set)")
       ->check(CLI::Range(10, 4096));
