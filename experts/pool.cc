@@ -326,7 +326,7 @@ class Pinner : public tbb::task_scheduler_observer {
   void on_scheduler_entry(bool) override {
     TbbAcquire(TbbEdge::kObserverReady);
     const int slot = std::max(0, tbb::this_task_arena::current_thread_index());
-    hwloc_obj_t core = hwloc_get_obj_by_type(topo_, HWLOC_OBJ_CORE,
+    hwloc_obj_t core = hwloc_get_obj_by_type(topo_, PinUnitType(topo_),
                                              static_cast<unsigned>(cores_[slot % cores_.size()]));
     if (core != nullptr) hwloc_set_cpubind(topo_, core->cpuset, HWLOC_CPUBIND_THREAD);
   }
@@ -593,8 +593,9 @@ absl::StatusOr<int64_t> ExpertPool::BindWeights(const ExpertWeights& w) {
         status = absl::FailedPreconditionError(
             absl::StrCat("expert pool: binding ", hi - lo, " bytes of expert weights to NUMA node ",
                          nodes_[k].os_index, " failed: ", std::strerror(errno)));
+      } else {
+        bound += static_cast<int64_t>(hi - lo);
       }
-      bound += static_cast<int64_t>(hi - lo);
     }
   }
   hwloc_bitmap_free(nodeset);

@@ -6,6 +6,10 @@
 
 namespace tandem::experts {
 
+hwloc_obj_type_t PinUnitType(hwloc_topology_t topology) {
+  return hwloc_get_nbobjs_by_type(topology, HWLOC_OBJ_CORE) > 0 ? HWLOC_OBJ_CORE : HWLOC_OBJ_PU;
+}
+
 absl::StatusOr<std::vector<PoolNode>> PlanPoolNodes(hwloc_topology_t topology, int threads,
                                                     bool numa) {
   if (threads < 1) {
@@ -17,12 +21,13 @@ absl::StatusOr<std::vector<PoolNode>> PlanPoolNodes(hwloc_topology_t topology, i
     std::vector<int> cores;
   };
   std::vector<NodeCores> nodes;
+  const hwloc_obj_type_t unit = PinUnitType(topology);
   const int n_numa = hwloc_get_nbobjs_by_type(topology, HWLOC_OBJ_NUMANODE);
   for (int i = 0; i < n_numa; ++i) {
     hwloc_obj_t node = hwloc_get_obj_by_type(topology, HWLOC_OBJ_NUMANODE, i);
     NodeCores nc{static_cast<int>(node->os_index), {}};
-    for (hwloc_obj_t core = nullptr; (core = hwloc_get_next_obj_inside_cpuset_by_type(
-                                          topology, node->cpuset, HWLOC_OBJ_CORE, core));) {
+    for (hwloc_obj_t core = nullptr;
+         (core = hwloc_get_next_obj_inside_cpuset_by_type(topology, node->cpuset, unit, core));) {
       nc.cores.push_back(static_cast<int>(core->logical_index));
     }
     if (!nc.cores.empty()) nodes.push_back(std::move(nc));

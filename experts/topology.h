@@ -16,10 +16,14 @@
 
 namespace tandem::experts {
 
+// What a worker is pinned to: a core, or a PU on a topology that reports no cores.
+hwloc_obj_type_t PinUnitType(hwloc_topology_t topology);
+
 struct PoolNode {
   int os_index = 0;               // the NUMA node's OS number (hwloc os_index)
   bool has_caller = false;        // the calling thread counts here (node 0 only)
-  std::vector<int> worker_cores;  // hwloc logical core index of each worker, in arena-slot order
+  std::vector<int> worker_cores;  // hwloc logical index of each worker's PinUnitType object, in
+                                  // arena-slot order
   int threads() const { return static_cast<int>(worker_cores.size()) + (has_caller ? 1 : 0); }
 };
 

@@ -77,6 +77,17 @@ TEST(PlanPoolNodes, DropsNodesWithoutThreadsAndMergesWhenNumaIsOff) {
   EXPECT_EQ(PlanPoolNodes(one.get(), 0, true).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(PlanPoolNodes, PinsToProcessingUnitsWhereTheTopologyHasNoCores) {
+  Topology topo = Synthetic("package:2 numa:1 pu:2");
+  ASSERT_EQ(PinUnitType(topo.get()), HWLOC_OBJ_PU);
+  auto plan = PlanPoolNodes(topo.get(), 4, true);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->size(), 2u);
+  EXPECT_EQ((*plan)[0].worker_cores, (std::vector<int>{1}));
+  EXPECT_EQ((*plan)[1].worker_cores, (std::vector<int>{2, 3}));
+  EXPECT_EQ(PinUnitType(Synthetic(kTwoNodes).get()), HWLOC_OBJ_CORE);
+}
+
 TEST(HomeNode, RangesAreContiguousCoverEveryExpertAndAgreeWithHomeBegin) {
   for (int n_nodes : {1, 2, 3, 4, 7}) {
     for (int64_t n_expert : {1, 2, 5, 10, 128, 512}) {
