@@ -45,6 +45,7 @@ class StreamProbe {
       : threads_(threads),
         buf_(new uint64_t[(size_t{1} << 30) / 8]),
         size_((size_t{1} << 30) / 8),
+        slice_(size_ / threads / 4 * 4),
         sums_(threads * 8) {
     std::vector<std::thread> fill;
     for (int t = 0; t < threads_; ++t) {
@@ -64,9 +65,9 @@ class StreamProbe {
       std::vector<std::thread> pool;
       for (int t = 0; t < threads_; ++t) {
         pool.emplace_back([this, t] {
-          const size_t n = size_ / threads_ / 4 * 4, first = n * t;  // whole steps of 4
+          const size_t first = slice_ * t;
           uint64_t a = 0, b = 0, c = 0, d = 0;
-          for (size_t i = first; i < first + n; i += 4) {
+          for (size_t i = first; i < first + slice_; i += 4) {
             a += buf_[i];
             b += buf_[i + 1];
             c += buf_[i + 2];
@@ -76,8 +77,8 @@ class StreamProbe {
         });
       }
       for (auto& th : pool) th.join();
-      best = std::max(best, static_cast<double>(size_ / threads_ / 4 * 4 * threads_ * 8) /
-                                Seconds(Clock::now() - t0) / 1e9);
+      best = std::max(
+          best, static_cast<double>(slice_ * threads_ * 8) / Seconds(Clock::now() - t0) / 1e9);
     }
     return best;
   }
@@ -86,6 +87,7 @@ class StreamProbe {
   int threads_;
   std::unique_ptr<uint64_t[]> buf_;  // uninitialised until the threads fill it
   size_t size_;
+  size_t slice_;  // words each thread reads: whole steps of 4
   std::vector<uint64_t> sums_;
 };
 
