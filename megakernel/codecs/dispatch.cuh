@@ -46,15 +46,24 @@ __device__ __forceinline__ void RowDotWith(const uint8_t* row, int n_slices, int
   }
 }
 
-// acc[r] (r with its mask bit set) += row · activation(r), summed over the G lanes of the group:
-// every lane of the group holds the total afterwards. `row` may be null for idle groups, which
-// still take part in the shuffles.
+// One dot product per step row, returned by value: an accumulator passed by reference to an
+// out-of-line function lives in local memory, a load and a store per slice (SASS, session 7).
 template <int R>
-__device__ __noinline__ void RowDot(int type, const uint8_t* row, int cols, int lane_g, int G,
-                                       const ActSet& a, unsigned mask, int base, float (&acc)[R]) {
+struct RowSums {
+  float v[R];
+};
+
+// Sum over row r of mask of row · activation(r), over the row's n slices and the G lanes of the
+// group: every lane of the group gets the totals. `row` may be null for idle groups, which still
+// take part in the shuffles.
+template <int R>
+__device__ __noinline__ RowSums<R> RowDot(int type, const uint8_t* row, int n, int lane_g, int G,
+                                          const ActSet& a, unsigned mask, int base) {
   using quant::GgmlType;
+  float acc[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = 0;
   if (row != nullptr) {
-    const int n = cols / SliceElems(type);
     switch (static_cast<GgmlType>(type)) {
       case GgmlType::kF32: RowDotWith<CodecF32, R>(row, n, lane_g, G, a, mask, base, acc); break;
       case GgmlType::kF16: RowDotWith<CodecHalf<false>, R>(row, n, lane_g, G, a, mask, base, acc); break;
@@ -68,10 +77,16 @@ __device__ __noinline__ void RowDot(int type, const uint8_t* row, int cols, int 
       default: break;  // refused on the host (megakernel/codecs.h)
     }
   }
+  RowSums<R> sums;
 #pragma unroll
   for (int r = 0; r < R; ++r) {
-    for (int o = G >> 1; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(kFullMask, acc[r], o);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      if (o < G) acc[r] += __shfl_xor_sync(kFullMask, acc[r], o);
+    }
+    sums.v[r] = acc[r];
   }
+  return sums;
 }
 
 }  // namespace tandem::megakernel

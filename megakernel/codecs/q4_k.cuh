@@ -9,16 +9,17 @@
 
 namespace tandem::megakernel {
 
-// Scale and min (0..63) of sub-block j from the 12 packed bytes (quant::ScaleMinK4).
+// Scale and min (0..63) of sub-block j from the 12 packed bytes (quant::ScaleMinK4), without
+// branches: j is a lane's runtime slice, and the two-way split cost a divergent branch per slice.
 __device__ __forceinline__ void ScaleMinK4Words(uint32_t w0, uint32_t w1, uint32_t w2, int j,
                                                 int* scale, int* min) {
-  if (j < 4) {
-    *scale = Byte12(w0, w1, w2, j) & 63;
-    *min = Byte12(w0, w1, w2, j + 4) & 63;
-  } else {
-    *scale = (Byte12(w0, w1, w2, j + 4) & 0xF) | (Byte12(w0, w1, w2, j - 4) >> 6) << 4;
-    *min = (Byte12(w0, w1, w2, j + 4) >> 4) | (Byte12(w0, w1, w2, j) >> 6) << 4;
-  }
+  const unsigned shift = 8u * static_cast<unsigned>(j & 3);
+  const int b0 = static_cast<int>((w0 >> shift) & 0xffu);  // byte j, or j - 4
+  const int b1 = static_cast<int>((w1 >> shift) & 0xffu);  // byte j + 4, or j
+  const int b2 = static_cast<int>((w2 >> shift) & 0xffu);  // byte j + 4 (j >= 4)
+  const bool high = j >= 4;
+  *scale = high ? (b2 & 0xF) | (b0 >> 6) << 4 : b0 & 63;
+  *min = high ? (b2 >> 4) | (b1 >> 6) << 4 : b1 & 63;
 }
 
 // Applies the two sub-blocks (lo = weights 0..31, hi = 32..63 of the slice) to the rows.

@@ -152,31 +152,38 @@ struct MatVecJob {
   float* out = nullptr;
   int out_stride = 0;  // per step row
   OutMode mode = OutMode::kStore;
+  // How rows split over lanes, derived once per job (SplitRows), not per unit: the switches and
+  // divisions behind them ran in the unit loop, and moving them out bought 8% tok/s on
+  // synth:qwen3-30b-a3b (session 7, docs/perf/megakernel.md).
+  int g = 32;       // lanes per row: GroupLanes(m)
+  int slices = 0;   // slices per row of m
+  int slices2 = 0;  // of m2
+  int units = 0;    // row groups of 32 / g rows
 };
 
-__device__ __forceinline__ int UnitsOf(const Matrix& m) {
-  const int rows_per_warp = 32 / GroupLanes(m.type, m.cols);
-  return (m.rows + rows_per_warp - 1) / rows_per_warp;
+// Fills the derived fields of `job` from its matrices.
+__device__ __forceinline__ void SplitRows(MatVecJob& job) {
+  job.g = GroupLanes(job.m.type, job.m.cols);
+  job.slices = job.m.cols / SliceElems(job.m.type);
+  job.slices2 = job.mode == OutMode::kSwiGlu ? job.m2.cols / SliceElems(job.m2.type) : 0;
+  const int rows_per_warp = 32 / job.g;
+  job.units = (job.m.rows + rows_per_warp - 1) / rows_per_warp;
 }
 
 // Unit u of job j (rows u*RPW .. of m), executed by the calling warp.
 template <int R>
 __device__ __forceinline__ void RunUnit(const MatVecJob& job, int u) {
-  const int G = GroupLanes(job.m.type, job.m.cols);
+  const int G = job.g;
   const int lane_g = Lane() & (G - 1);
   const int row = u * (32 / G) + Lane() / G;
   const bool active = row < job.m.rows;
-  float acc[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) acc[r] = 0;
-  RowDot<R>(job.m.type, active ? job.m.data + row * job.m.row_bytes : nullptr, job.m.cols, lane_g,
-            G, *job.act, job.mask, job.act_base, acc);
-  float acc2[R];
+  const RowSums<R> acc =
+      RowDot<R>(job.m.type, active ? job.m.data + row * job.m.row_bytes : nullptr, job.slices,
+                lane_g, G, *job.act, job.mask, job.act_base);
+  RowSums<R> acc2;
   if (job.mode == OutMode::kSwiGlu) {
-#pragma unroll
-    for (int r = 0; r < R; ++r) acc2[r] = 0;
-    RowDot<R>(job.m2.type, active ? job.m2.data + row * job.m2.row_bytes : nullptr, job.m2.cols,
-              lane_g, G, *job.act, job.mask, job.act_base, acc2);
+    acc2 = RowDot<R>(job.m2.type, active ? job.m2.data + row * job.m2.row_bytes : nullptr,
+                     job.slices2, lane_g, G, *job.act, job.mask, job.act_base);
   }
   if (!active || lane_g != 0) return;
 #pragma unroll
@@ -184,11 +191,11 @@ __device__ __forceinline__ void RunUnit(const MatVecJob& job, int u) {
     if (!(job.mask >> r & 1u)) continue;
     float* o = job.out + static_cast<int64_t>(ActRow(job.mask, job.out_base, r)) * job.out_stride + row;
     if (job.mode == OutMode::kStore) {
-      *o = acc[r];
+      *o = acc.v[r];
     } else if (job.mode == OutMode::kAdd) {
-      *o += acc[r];
+      *o += acc.v[r];
     } else {
-      *o = Silu(acc[r]) * acc2[r];
+      *o = Silu(acc.v[r]) * acc2.v[r];
     }
   }
 }
@@ -226,16 +233,17 @@ __device__ __forceinline__ void SetJob(int i, const Matrix& m, const ActSet* act
   j.out = out;
   j.out_stride = out_stride;
   j.mode = mode;
+  SplitRows(j);
 }
 
 // Runs every unit of jobs[0..n) over all warps of the grid.
 template <int R>
 __device__ __forceinline__ void RunJobs(const MatVecJob* jobs, int n) {
   int total = 0;
-  for (int j = 0; j < n; ++j) total += UnitsOf(jobs[j].m);
+  for (int j = 0; j < n; ++j) total += jobs[j].units;
+  int j = 0, first = 0;  // the job of unit u, and that job's first unit
   for (int u = GlobalWarp(); u < total; u += GridWarps()) {
-    int j = 0, first = 0;
-    while (u - first >= UnitsOf(jobs[j].m)) first += UnitsOf(jobs[j++].m);
+    while (u - first >= jobs[j].units) first += jobs[j++].units;
     RunUnit<R>(jobs[j], u - first);
   }
 }

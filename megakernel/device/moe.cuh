@@ -157,6 +157,26 @@ __device__ __forceinline__ Matrix ExpertMatrix(const ExpertBank& bank, int slot)
   return m;
 }
 
+// Calls f(u, s, unit) for this warp's units u < total of the grid loop, with u = s * upe + unit
+// (slot s of upe units each; past the slots, s and unit mean nothing). Tracked by steps instead of
+// a division per unit.
+template <class F>
+__device__ __forceinline__ void ForUnitsOfSlots(int upe, int total, F&& f) {
+  if (upe <= 0) return;
+  const int first = GlobalWarp(), step = GridWarps();
+  int s = first / upe, unit = first % upe;
+  const int step_s = step / upe, step_unit = step % upe;
+  for (int u = first; u < total; u += step) {
+    f(u, s, unit);
+    s += step_s;
+    unit += step_unit;
+    if (unit >= upe) {
+      unit -= upe;
+      ++s;
+    }
+  }
+}
+
 // Phase 1: routing, then gate/up + SwiGLU of every resident chosen expert for the rows that chose
 // it, and the shared expert's down projection. Block 0 publishes the route table (and the
 // off-card jobs to the mailbox).
@@ -240,28 +260,30 @@ __device__ void MoeExpertUpPhase(const MoeArgs& A, uint8_t* smem) {
     }
   }
 
-  const int upe = UnitsOf(ExpertMatrix(A.gate, 0));
+  // One job for every expert: per unit only the slot's matrices, rows and pair base change.
+  MatVecJob job;
+  job.m = ExpertMatrix(A.gate, 0);
+  job.m2 = ExpertMatrix(A.up, 0);
+  job.act = act;
+  job.out = A.s.exp_act;
+  job.out_stride = D.n_ff_exp;
+  job.mode = OutMode::kSwiGlu;
+  SplitRows(job);
+  const int upe = job.units;
   const int expert_units = rt.n_slots * upe;
-  int total = expert_units;
-  if (A.has_shexp) total += UnitsOf(A.sh_down);
-  for (int u = GlobalWarp(); u < total; u += GridWarps()) {
+  const int total = expert_units + (A.has_shexp ? Plan().job[0].units : 0);
+  ForUnitsOfSlots(upe, total, [&](int u, int s, int unit) {
     if (u >= expert_units) {
       RunUnit<R>(Plan().job[0], u - expert_units);
-      continue;
+      return;
     }
-    const int s = u / upe;
-    if (rt.slot_device[s] < 0) continue;
-    MatVecJob job;
-    job.m = ExpertMatrix(A.gate, rt.slot_device[s]);
-    job.m2 = ExpertMatrix(A.up, rt.slot_device[s]);
-    job.act = act;
+    if (rt.slot_device[s] < 0) return;
+    job.m.data = A.gate.data + static_cast<int64_t>(rt.slot_device[s]) * A.gate.expert_bytes;
+    job.m2.data = A.up.data + static_cast<int64_t>(rt.slot_device[s]) * A.up.expert_bytes;
     job.mask = rt.slot_rows[s];
     job.out_base = rt.slot_pair0[s];  // input: the step rows' normed x; output: per pair
-    job.out = A.s.exp_act;
-    job.out_stride = D.n_ff_exp;
-    job.mode = OutMode::kSwiGlu;
-    RunUnit<R>(job, u % upe);
-  }
+    RunUnit<R>(job, unit);
+  });
 }
 
 // Phase 2: the down projection of every resident chosen expert for its rows.
@@ -277,20 +299,21 @@ __device__ void MoeExpertDownPhase(const MoeArgs& A, uint8_t* smem) {
   QuantizeRows(A.s.exp_act, D.n_ff_exp, n_pairs, a);
   const ActSet* act = PublishActs(0, a);
   __syncthreads();
-  const int upe = UnitsOf(ExpertMatrix(A.down, 0));
-  for (int u = GlobalWarp(); u < n_slots * upe; u += GridWarps()) {
-    const int s = u / upe;
-    if (rt.slot_device[s] < 0) continue;
-    MatVecJob job;
-    job.m = ExpertMatrix(A.down, rt.slot_device[s]);
-    job.act = act;
+  MatVecJob job;
+  job.m = ExpertMatrix(A.down, 0);
+  job.act = act;
+  job.out = A.s.exp_out;
+  job.out_stride = D.n_embd;
+  SplitRows(job);
+  const int upe = job.units;
+  ForUnitsOfSlots(upe, n_slots * upe, [&](int, int s, int unit) {
+    if (rt.slot_device[s] < 0) return;
+    job.m.data = A.down.data + static_cast<int64_t>(rt.slot_device[s]) * A.down.expert_bytes;
     job.mask = rt.slot_rows[s];
     job.act_base = rt.slot_pair0[s];  // input and output per pair
     job.out_base = rt.slot_pair0[s];
-    job.out = A.s.exp_out;
-    job.out_stride = D.n_embd;
-    RunUnit<R>(job, u % upe);
-  }
+    RunUnit<R>(job, unit);
+  });
 }
 
 // Phase 3: x[r] += Σ weight · expert output (ascending expert id, as the reference sums) +

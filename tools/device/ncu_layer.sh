@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Profiles one decode launch of each layer half (MoeKernel<1>, MixerKernel<1>) of
+# synth:qwen3-30b-a3b with Nsight Compute's full set, and dumps the binary's SASS and resource
+# usage. Usage: ncu_layer.sh DIR [SKIP] where DIR holds a carried `tandem`; SKIP (default 150)
+# counts launches of that kernel to pass over, past the bench's warm-up. Writes to $OUT:
+# <half>_details.txt (sections, then stall reasons per issued instruction),
+# <half>_source.csv (per-SASS-instruction samples, when this ncu prints a source page) and
+# sass.txt.xz.
+set -uo pipefail
+dir=$1
+skip=${2:-150}
+out=${OUT:-out}
+mkdir -p "$out"
+cuobjdump --dump-resource-usage "$dir/tandem" > "$out/resources.txt" 2>&1
+cuobjdump -sass "$dir/tandem" | xz -6 > "$out/sass.txt.xz"
+for half in Moe Mixer; do
+  rep="$out/${half}.ncu-rep"
+  ncu --set full --import-source no --clock-control none --kernel-name-base demangled \
+    --kernel-name "regex:${half}Kernel<\\(int\\)1>" --launch-skip "$skip" --launch-count 1 -f -o "${rep%.ncu-rep}" \
+    "$dir/tandem" bench decode --backend cuda -m synth:qwen3-30b-a3b --contexts 512 --steps 8 \
+    > "$out/${half}_run.log" 2>&1 || tail -5 "$out/${half}_run.log"
+  echo "ncu $half rc=$?"
+  ncu --import "$rep" --page details > "$out/${half}_details.txt" 2>&1
+  ncu --import "$rep" --page raw | grep -E "stalled_.*_per_issue_active|inst_executed.sum |gpu__time_duration.sum|launch__grid_size|sm__warps_active" \
+    >> "$out/${half}_details.txt" 2>&1
+  ncu --import "$rep" --page source --csv --print-source sass > "$out/${half}_source.csv" 2>&1 ||
+    echo "no source page"
+  grep -E "Duration|Executed Ipc|Issue Slots|No Eligible|Warp Cycles Per Issued|Registers|Achieved Occupancy" \
+    "$out/${half}_details.txt" | head -20
+  rm -f "$rep" "$out/${half}_run.log"
+done
+ls -la "$out"
