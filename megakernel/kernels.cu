@@ -46,7 +46,7 @@ __global__ void __launch_bounds__(kBlockThreads) MoeKernel(const __grid_constant
   for (int p = begin; p < end; ++p) {
     if (p > begin) cg::this_grid().sync();
     Stamp(args.s.timeline, args.layer, 1, p);
-    MoePhase<R>(args, p, smem);
+    MoePhase<R>(args, p, begin, smem);
   }
   Stamp(args.s.timeline, args.layer, 1, end);
 }

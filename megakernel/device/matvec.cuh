@@ -47,7 +47,9 @@ __device__ __forceinline__ ActSet CarveActs(uint8_t*& cursor, int n, int cols, b
 // dst[r] = RMSNorm(src[r]) * w for n <= kMaxRows rows (w may be null). Block-level: every thread
 // takes columns t, t + kBlockThreads, ... of every row, so a row costs one round of independent
 // loads per kBlockThreads columns (one warp per row cost ~8 µs of dependent round trips per
-// phase at 2,048 columns: ncu per-op profile, 2026-11-29). dst may alias src.
+// phase at 2,048 columns: ncu per-op profile, 2026-11-29). The weights are read with the rows,
+// not after the sum, so that a norm waits for one round of global loads instead of two.
+// dst may alias src.
 __device__ __forceinline__ void NormRows(const float* src, int src_stride, int n, int cols,
                                          const float* w, float eps, float* dst) {
   __shared__ float partial[kWarpsPerBlock][kMaxRows];
@@ -59,7 +61,7 @@ __device__ __forceinline__ void NormRows(const float* src, int src_stride, int n
 #pragma unroll 4
     for (int i = threadIdx.x; i < cols; i += kBlockThreads) {
       const float v = x[i];
-      y[i] = v;
+      y[i] = v * (w != nullptr ? w[i] : 1.0f);
       ss += v * v;
     }
     ss = WarpSum(ss);
@@ -76,7 +78,7 @@ __device__ __forceinline__ void NormRows(const float* src, int src_stride, int n
     float* y = dst + static_cast<int64_t>(r) * cols;
 #pragma unroll 4
     for (int i = threadIdx.x; i < cols; i += kBlockThreads) {
-      y[i] = y[i] * scale[r] * (w != nullptr ? w[i] : 1.0f);
+      y[i] *= scale[r];
     }
   }
 }

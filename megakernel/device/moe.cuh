@@ -180,26 +180,30 @@ __device__ __forceinline__ void ForUnitsOfSlots(int upe, int total, F&& f) {
 // Phase 1: routing, then gate/up + SwiGLU of every resident chosen expert for the rows that chose
 // it, and the shared expert's down projection. Block 0 publishes the route table (and the
 // off-card jobs to the mailbox).
+//
+// The normed, quantised rows sit where phase 0 carved them; when phase 0 ran in the same launch
+// (`router_in_launch`: megakernel mode) this block's shared memory still holds them, and only
+// per-op launches compute them again.
 template <int R>
-__device__ void MoeExpertUpPhase(const MoeArgs& A, uint8_t* smem) {
+__device__ void MoeExpertUpPhase(const MoeArgs& A, uint8_t* smem, bool router_in_launch) {
   const ModelDims& D = A.dims;
   const int B = A.in->n_rows, H = D.n_embd;
   uint8_t* cursor = smem;
+  float* xs;
+  ActSet a = CarveActs(cursor, B, H, true, &xs);  // the layout of phase 0's NormedActs
   RouteTable& rt = *reinterpret_cast<RouteTable*>(cursor);
   cursor += Align16(sizeof(RouteTable));
   uint32_t* expert_rows = reinterpret_cast<uint32_t*>(cursor);
   cursor += Align16(int64_t{D.n_expert} * 4);
-  float* xs;
-  ActSet a = CarveActs(cursor, B, H, true, &xs);
   float* unused;
   ActSet sh{};
   if (A.has_shexp) {
     sh = CarveActs(cursor, B, D.n_ff_shexp, false, &unused);
     sh.x = A.s.sh_act;
   }
-  NormRows(A.s.x, H, B, H, A.norm, D.rms_eps, xs);
+  if (!router_in_launch) NormRows(A.s.x, H, B, H, A.norm, D.rms_eps, xs);
   RouteRows(A, rt, expert_rows);  // starts and ends with __syncthreads()
-  QuantizeRows(xs, H, B, a);
+  if (!router_in_launch) QuantizeRows(xs, H, B, a);
   if (A.has_shexp) QuantizeRows(A.s.sh_act, D.n_ff_shexp, B, sh);
   const ActSet* act = PublishActs(0, a);
   const ActSet* sh_act = PublishActs(1, sh);
@@ -344,11 +348,14 @@ __device__ void MoeCombinePhase(const MoeArgs& A) {
   }
 }
 
+// Phase `phase` of a launch that began at phase `begin`.
 template <int R>
-__device__ void MoePhase(const MoeArgs& A, int phase, uint8_t* smem) {
+__device__ void MoePhase(const MoeArgs& A, int phase, int begin, uint8_t* smem) {
   switch (phase) {
     case 0: MoeRouterPhase<R>(A, smem); break;
-    case 1: MoeExpertUpPhase<R>(A, smem); break;
+    case 1:
+      MoeExpertUpPhase<R>(A, smem, begin == 0);
+      break;
     case 2: MoeExpertDownPhase<R>(A, smem); break;
     case 3: MoeCombinePhase(A); break;
   }
