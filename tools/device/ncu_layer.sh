@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Profiles one decode launch of each layer half (MoeKernel<1>, MixerKernel<1>) of
-# synth:qwen3-30b-a3b with Nsight Compute's full set, and dumps the binary's SASS and resource
-# usage. Usage: ncu_layer.sh DIR [SKIP] where DIR holds a carried `tandem`; SKIP (default 150)
-# counts launches of that kernel to pass over, past the bench's warm-up. Writes to $OUT:
+# Profiles one decode launch of each layer half (MoeKernel<1>, MixerKernel<1>) of $MODEL
+# (default synth:qwen3-30b-a3b) with Nsight Compute's full set, and dumps the binary's SASS and
+# resource usage. Usage: ncu_layer.sh DIR [SKIP] where DIR holds a carried `tandem`; SKIP (default
+# 150) counts launches of that kernel to pass over, past the bench's warm-up. Prints, per half,
+# the launch's time and stalls and the code it executed (SASS instructions with a nonzero count
+# x 16 bytes: what the instruction cache must hold, docs/perf/megakernel.md). Writes to $OUT:
 # <half>_details.txt (sections, then stall reasons per issued instruction),
 # <half>_source.csv (per-SASS-instruction samples, when this ncu prints a source page) and
 # sass.txt.xz.
@@ -17,7 +19,7 @@ for half in Moe Mixer; do
   rep="$out/${half}.ncu-rep"
   ncu --set full --import-source no --clock-control none --kernel-name-base demangled \
     --kernel-name "regex:${half}Kernel<\\(int\\)1>" --launch-skip "$skip" --launch-count 1 -f -o "${rep%.ncu-rep}" \
-    "$dir/tandem" bench decode --backend cuda -m synth:qwen3-30b-a3b --contexts 512 --steps 8 \
+    "$dir/tandem" bench decode --backend cuda -m "${MODEL:-synth:qwen3-30b-a3b}" --contexts 512 --steps 8 \
     > "$out/${half}_run.log" 2>&1 || tail -5 "$out/${half}_run.log"
   echo "ncu $half rc=$?"
   ncu --import "$rep" --page details > "$out/${half}_details.txt" 2>&1
@@ -27,6 +29,20 @@ for half in Moe Mixer; do
     echo "no source page"
   grep -E "Duration|Executed Ipc|Issue Slots|No Eligible|Warp Cycles Per Issued|Registers|Achieved Occupancy" \
     "$out/${half}_details.txt" | head -20
+  python3 - "$out/${half}_source.csv" <<'PY' || true
+import csv, sys
+rows = list(csv.reader(open(sys.argv[1])))
+head = rows[1]
+col = {name: i for i, name in enumerate(head)}
+body = [r for r in rows[2:] if len(r) == len(head)]
+executed = [r for r in body if int(r[col["Instructions Executed"]] or 0) > 0]
+samples = sum(int(r[col["Warp Stall Sampling (All Samples)"]] or 0) for r in body)
+no_inst = sum(int(r[col["stall_no_inst"]] or 0) for r in body)
+warp_insts = sum(int(r[col["Instructions Executed"]] or 0) for r in body)
+print(f"  code {len(body)} SASS instructions, {len(executed)} executed ({len(executed) * 16 / 1024:.1f} KB); "
+      f"{warp_insts / 1e6:.2f} M warp instructions; no-instruction share of samples "
+      f"{no_inst / max(samples, 1):.3f}")
+PY
   rm -f "$rep" "$out/${half}_run.log"
 done
 ls -la "$out"
