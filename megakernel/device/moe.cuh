@@ -147,9 +147,13 @@ __device__ void MoeRouterPhase(const MoeArgs& A, uint8_t* smem) {
   RunJobs<R>(Plan().job, n);
 }
 
+// Expert `slot`'s matrix in a stacked bank.
+__device__ __forceinline__ const uint8_t* ExpertData(const ExpertBank& bank, int slot) {
+  return bank.data + static_cast<int64_t>(slot) * bank.expert_bytes;
+}
 __device__ __forceinline__ Matrix ExpertMatrix(const ExpertBank& bank, int slot) {
   Matrix m;
-  m.data = bank.data + static_cast<int64_t>(slot) * bank.expert_bytes;
+  m.data = ExpertData(bank, slot);
   m.type = bank.type;
   m.rows = bank.rows;
   m.cols = bank.cols;
@@ -282,8 +286,8 @@ __device__ void MoeExpertUpPhase(const MoeArgs& A, uint8_t* smem, bool router_in
       return;
     }
     if (rt.slot_device[s] < 0) return;
-    job.m.data = A.gate.data + static_cast<int64_t>(rt.slot_device[s]) * A.gate.expert_bytes;
-    job.m2.data = A.up.data + static_cast<int64_t>(rt.slot_device[s]) * A.up.expert_bytes;
+    job.m.data = ExpertData(A.gate, rt.slot_device[s]);
+    job.m2.data = ExpertData(A.up, rt.slot_device[s]);
     job.mask = rt.slot_rows[s];
     job.out_base = rt.slot_pair0[s];  // input: the step rows' normed x; output: per pair
     RunUnit<R>(job, unit);
@@ -312,7 +316,7 @@ __device__ void MoeExpertDownPhase(const MoeArgs& A, uint8_t* smem) {
   const int upe = job.units;
   ForUnitsOfSlots(upe, n_slots * upe, [&](int, int s, int unit) {
     if (rt.slot_device[s] < 0) return;
-    job.m.data = A.down.data + static_cast<int64_t>(rt.slot_device[s]) * A.down.expert_bytes;
+    job.m.data = ExpertData(A.down, rt.slot_device[s]);
     job.mask = rt.slot_rows[s];
     job.act_base = rt.slot_pair0[s];  // input and output per pair
     job.out_base = rt.slot_pair0[s];
