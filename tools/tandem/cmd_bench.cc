@@ -50,8 +50,7 @@ class StreamProbe {
     std::vector<std::thread> fill;
     for (int t = 0; t < threads_; ++t) {
       fill.emplace_back([this, t] {
-        const size_t n = size_ / threads_, first = n * t,
-                     end = t + 1 == threads_ ? size_ : first + n;
+        const size_t first = slice_ * t, end = t + 1 == threads_ ? size_ : first + slice_;
         for (size_t i = first; i < end; ++i) buf_[i] = i;
       });
     }
