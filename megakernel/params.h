@@ -73,6 +73,13 @@ struct ModelDims {
   TANDEM_MEMBER_HD int32_t kv_dim() const { return n_head_kv * head_dim; }
 };
 
+// The attention phases split the keys of each (row, KV group) into at most this many chunks: with
+// 128 the 16k-key phase left three quarters of the grid idle, and the merge walks chunks / 32
+// rounds of loads a lane. A chunk leaves one partial per query head: max, sum, two floats of
+// padding (the output starts 16-byte aligned), head_dim outputs.
+inline constexpr int kMaxAttentionChunks = 512;
+inline constexpr int kAttnPartHeader = 4;
+
 // Per-step scratch shared by all layers (device memory, sized for kMaxRows rows).
 struct Scratch {
   float* x = nullptr;         // [B][n_embd] residual stream
@@ -81,7 +88,7 @@ struct Scratch {
   float* mix = nullptr;       // [B][mix_stride] attention output / DeltaNet conv output
   int32_t mix_stride = 0;
   float* mix2 = nullptr;      // [B][mix_stride] DeltaNet delta-rule output before the gated norm
-  float* attn_part = nullptr; // [B][n_head][n_chunks_max][head_dim + 2] attention partials
+  float* attn_part = nullptr;  // [B][n_head][n_chunks_max][kAttnPartHeader + head_dim] partials
   int32_t n_chunks_max = 0;
   float* router = nullptr;    // [B][n_expert] router logits
   float* sh_act = nullptr;    // [B][n_ff_shexp] silu(gate) * up of the shared expert
@@ -129,6 +136,7 @@ struct MixerArgs {
   const StepInput* in = nullptr;
   int32_t layer = 0;
   int32_t recurrent = 0;
+  int32_t force_teams = 0;  // attention warps serve KV-group teams at any context (SplitAttention)
   const float* norm = nullptr;  // attn_norm
   AttentionLayer att;
   DeltaNetLayer dn;

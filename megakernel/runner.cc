@@ -134,6 +134,7 @@ absl::Status GpuRunner::Upload(const model::Model& model, uint64_t weight_bytes)
     MixerArgs& mx = mixer_[il];
     mx.layer = il;
     mx.recurrent = hp.IsRecurrentLayer(il) ? 1 : 0;
+    mx.force_teams = options_.force_attention_teams ? 1 : 0;
     require("attn_norm.weight");
     mx.norm = vec(p + "attn_norm.weight");
     if (mx.recurrent) {
@@ -223,7 +224,7 @@ absl::Status GpuRunner::AllocateState() {
   const int d_inner = hp.is_hybrid() ? d.ssm_d_inner() : 0;
   s.proj_stride = std::max(d.q_rows() + 2 * d.kv_dim(), conv_dim + d_inner + 2 * d.ssm_n_v);
   s.mix_stride = std::max(d.n_head * d.head_dim, conv_dim);
-  s.n_chunks_max = (d.n_ctx + 31) / 32;
+  s.n_chunks_max = std::min((d.n_ctx + 31) / 32, kMaxAttentionChunks);
   int device = 0, sms = 0;
   TANDEM_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
   TANDEM_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
@@ -237,7 +238,8 @@ absl::Status GpuRunner::AllocateState() {
       {&s.proj, uint64_t{B} * s.proj_stride, "projections"},
       {&s.mix, uint64_t{B} * s.mix_stride, "mixer output"},
       {&s.mix2, uint64_t{B} * std::max(1, d_inner), "DeltaNet output"},
-      {&s.attn_part, uint64_t{B} * d.n_head * s.n_chunks_max * (d.head_dim + 2), "attention partials"},
+      {&s.attn_part, uint64_t{B} * d.n_head * s.n_chunks_max * (kAttnPartHeader + d.head_dim),
+       "attention partials"},
       {&s.router, uint64_t{B} * d.n_expert, "router logits"},
       {&s.sh_act, uint64_t{B} * std::max(1, d.n_ff_shexp), "shared expert"},
       {&s.sh_gate, uint64_t{B}, "shared gate"},
@@ -304,7 +306,8 @@ absl::Status GpuRunner::AllocateState() {
     const int R = kRowsVariants[v];
     const int64_t mixer_smem =
         std::max({ActSetBytes(R, d.n_embd, true), ActSetBytes(R, d.n_head * d.head_dim, false),
-                  hp.is_hybrid() ? ActSetBytes(R, d_inner, true) : int64_t{0}});
+                  hp.is_hybrid() ? ActSetBytes(R, d_inner, true) : int64_t{0},
+                  kWarpsPerBlock * kAttentionBytesPerWarp});
     const int64_t moe_smem = std::max(
         {ActSetBytes(R, d.n_embd, true),
          RouteSmemBytes(d.n_expert) + ActSetBytes(R, d.n_embd, true) +

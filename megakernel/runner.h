@@ -26,6 +26,9 @@ struct RunnerOptions {
   bool graphs = true;            // capture each step shape once, replay it
   uint64_t vram_budget = 0;      // bytes; 0: no limit but the card's
   int max_blocks_per_sm = 2;     // persistent grid: blocks per multiprocessor, at most
+  // Attention warps serve a team of one KV group's query heads once the keys fill the grid, one
+  // head each before; true uses teams at every context (tests cover both paths with it).
+  bool force_attention_teams = false;
   std::function<void(uint64_t done, uint64_t total)> progress;  // weight upload
 };
 

@@ -16,4 +16,7 @@ TANDEM_HD constexpr int64_t ActSetBytes(int n, int cols, bool fp32_shared) {
          (fp32_shared ? Align16(int64_t{n} * cols * 4) : 0);
 }
 
+// The attention-scores phase stages each warp's query heads (at most 32 floats a lane).
+inline constexpr int64_t kAttentionBytesPerWarp = 32 * 32 * 4;
+
 }  // namespace tandem::megakernel

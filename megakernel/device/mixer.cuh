@@ -15,12 +15,45 @@ inline constexpr int kDeltaNetPhases = 4;
 inline constexpr int kMaxHeadDim = 256;       // attention head_dim (checked on the host)
 inline constexpr int kMaxConvKernel = 8;      // DeltaNet conv taps (checked on the host)
 
-// Key-chunk length of the attention phases: enough chunks that every warp of the grid has work,
-// at least 32 keys each. Both attention phases and the host's scratch sizing agree on it.
-__device__ __forceinline__ int AttentionChunk(int n_keys, int n_rows, int n_head) {
-  const int wanted = max(1, GridWarps() / (n_rows * n_head));
+// How the attention phases split their work. At long contexts a warp serves a team of query heads
+// of one KV group over one key chunk, so each key and value row it loads serves the whole team;
+// with a warp per head, each key row was loaded once per head of its group (qwen3-30b-a3b at 16k
+// keys: 134 us a layer, 49 with teams; 2026-11-30, docs/perf/megakernel.md). Teams run when
+// (row, team, 32 keys) items fill at least half the grid's warps; at shorter contexts a warp
+// serves one head, so that the phase still has a warp per (row, head, 32 keys) (teams at 512 keys
+// doubled the phase). Chunks are at least 32 keys and at most kMaxAttentionChunks per (row,
+// team). Both attention phases derive the same split.
+struct AttentionSplit {
+  int heads;     // query heads per warp
+  int teams;     // warps per (row, KV group, chunk)
+  int chunk;     // keys per chunk
+  int n_chunks;  // chunks of the longest row
+};
+
+// Head dimensions per lane of a warp's output accumulators, rounded up to a power of two (a
+// template argument), and the most heads a team holds: 32 accumulators a lane, at most 8 heads.
+__host__ __device__ constexpr int DimsPerLane(int head_dim) {
+  return head_dim <= 32 ? 1 : head_dim <= 64 ? 2 : head_dim <= 128 ? 4 : 8;
+}
+__host__ __device__ constexpr int HeadsPerWarp(int dims_per_lane) {
+  return dims_per_lane <= 4 ? 8 : 32 / dims_per_lane;
+}
+
+__device__ __forceinline__ AttentionSplit SplitAttention(const MixerArgs& A) {
+  const ModelDims& D = A.dims;
+  const int B = A.in->n_rows, group = D.n_head / D.n_head_kv;
+  const int n_keys = A.in->first_pos + B;
+  const int key_blocks = (n_keys + 31) / 32;
+  AttentionSplit s;
+  s.heads = min(group, HeadsPerWarp(DimsPerLane(D.head_dim)));
+  const int team_warps = B * D.n_head_kv * ((group + s.heads - 1) / s.heads) * key_blocks;
+  if (!A.force_teams && team_warps < GridWarps() / 2) s.heads = 1;
+  s.teams = (group + s.heads - 1) / s.heads;
+  const int wanted = min(kMaxAttentionChunks, max(1, GridWarps() / (B * D.n_head_kv * s.teams)));
   const int len = (n_keys + wanted - 1) / wanted;
-  return max(32, (len + 31) / 32 * 32);
+  s.chunk = max(32, (len + 31) / 32 * 32);
+  s.n_chunks = (n_keys + s.chunk - 1) / s.chunk;
+  return s;
 }
 
 // Phase 0 of both kinds: RMSNorm(x) into shared memory, quantised, then the input projections.
@@ -93,18 +126,17 @@ __device__ void AttentionNormRope(const MixerArgs& A) {
   }
 }
 
-// Attention phase 2: one warp per (row, head, key chunk): online softmax over the chunk's keys,
-// writing (max, sum, unnormalised output) to the partials. Keys go 32 at a time: each lane scores
-// one key with independent 16-byte loads (no dependent round trip per key), then the warp
-// accumulates the 32 weighted value rows, lanes over head dimensions.
-__device__ void AttentionPartials(const MixerArgs& A) {
+// Attention phase 2, short contexts (teams of one head): one warp per (row, head, key chunk):
+// online softmax over the chunk's keys, writing (max, sum, unnormalised output) to the partials.
+// Keys go 32 at a time: each lane scores one key with independent 16-byte loads (no dependent round
+// trip per key), then the warp accumulates the 32 weighted value rows, lanes over head dimensions.
+__device__ void AttentionHeadPartials(const MixerArgs& A, const AttentionSplit& S) {
   const ModelDims& D = A.dims;
   const int B = A.in->n_rows, hd = D.head_dim, nh = D.n_head;
   const int q_stride = D.gated_attention ? 2 * hd : hd;
   const int group = nh / D.n_head_kv;
-  const int n_keys_max = A.in->first_pos + B;
-  const int chunk = AttentionChunk(n_keys_max, B, nh);
-  const int n_chunks = (n_keys_max + chunk - 1) / chunk;
+  const int part_len = kAttnPartHeader + hd;
+  const int chunk = S.chunk, n_chunks = S.n_chunks;
   const float scale = 1.0f / sqrtf(static_cast<float>(hd));
   const int per_lane = hd / 32;
   const int kv_dim = D.kv_dim();
@@ -166,52 +198,239 @@ __device__ void AttentionPartials(const MixerArgs& A) {
       }
       m = m_new;
     }
-    float* part = A.s.attn_part + ((static_cast<int64_t>(r) * nh + h) * A.s.n_chunks_max + c) * (hd + 2);
+    float* part =
+        A.s.attn_part + ((static_cast<int64_t>(r) * nh + h) * A.s.n_chunks_max + c) * part_len;
     if (Lane() == 0) {
       part[0] = m;
       part[1] = l;
     }
 #pragma unroll
     for (int t = 0; t < kMaxHeadDim / 32; ++t) {
-      if (t < per_lane) part[2 + Lane() + 32 * t] = o[t];
+      if (t < per_lane) part[kAttnPartHeader + Lane() + 32 * t] = o[t];
     }
   }
 }
 
+// Attention phase 2, long contexts: one warp per (row, KV group, team of query heads, key chunk):
+// online softmax over the chunk's keys for each head of the team, writing (max, sum, unnormalised
+// output) per head to the partials. Keys go 32 at a time: each lane scores one key against every
+// head of the team, then the warp accumulates the 32 weighted value rows, lanes over head
+// dimensions. PL = head dimensions per lane (a power of two ≥ head_dim / 32). The team's queries
+// are staged in this warp's shared memory, so the score loop addresses every head at a constant
+// offset (per-head global pointers pushed it past 128 registers); with 8 heads, two 16-byte key
+// loads in flight a lane is what fits without spilling.
+template <int PL>
+__device__ void AttentionTeamPartials(const MixerArgs& A, const AttentionSplit& S, uint8_t* smem) {
+  constexpr int kHeads = HeadsPerWarp(PL);
+  constexpr int kStride = 32 * PL;  // floats per staged query head
+  constexpr int kKeyBatch = kHeads >= 8 ? 2 : 4;
+  static_assert(kHeads * kStride * 4 <= kAttentionBytesPerWarp, "");
+  const ModelDims& D = A.dims;
+  const int B = A.in->n_rows, hd = D.head_dim, nh = D.n_head, n_kv = D.n_head_kv;
+  const int q_stride = D.gated_attention ? 2 * hd : hd;
+  const int group = nh / n_kv;
+  const float scale = 1.0f / sqrtf(static_cast<float>(hd));
+  const int per_lane = hd / 32;
+  const int kv_dim = D.kv_dim();
+  const int part_len = kAttnPartHeader + hd;
+  float* q_smem = reinterpret_cast<float*>(smem + Warp() * kAttentionBytesPerWarp);
+  for (int it = GlobalWarp(); it < B * n_kv * S.teams * S.n_chunks; it += GridWarps()) {
+    const int c = it % S.n_chunks;
+    const int team = (it / S.n_chunks) % S.teams;
+    const int g = (it / (S.n_chunks * S.teams)) % n_kv;
+    const int r = it / (S.n_chunks * S.teams * n_kv);
+    const int h0 = g * group + team * S.heads;
+    const int n_heads = min(S.heads, group - team * S.heads);  // warp-uniform
+    const int n_keys = A.in->first_pos + r + 1;
+    const int k0 = c * S.chunk, k1 = min(n_keys, k0 + S.chunk);
+    {
+      const float* q = A.s.proj + static_cast<int64_t>(r) * A.s.proj_stride + h0 * q_stride;
+      __syncwarp();  // the previous item's reads are done
+      // Heads past the group's end (when kHeads does not divide it) score zero queries; their
+      // results are not written.
+      for (int h = 0; h < kHeads; ++h) {
+        for (int i = Lane(); i < hd; i += 32)
+          q_smem[h * kStride + i] = h < n_heads ? q[h * q_stride + i] : 0.0f;
+      }
+      __syncwarp();
+    }
+    const float* k_base = A.att.k_cache + g * hd;
+    const float* v_base = A.att.v_cache + g * hd;
+    float o[kHeads][PL], m[kHeads], l[kHeads];  // l: this lane's keys only, summed at the end
+#pragma unroll
+    for (int h = 0; h < kHeads; ++h) {
+      m[h] = -INFINITY;
+      l[h] = 0;
+#pragma unroll
+      for (int t = 0; t < PL; ++t) o[h][t] = 0;
+    }
+    for (int j0 = k0; j0 < k1; j0 += 32) {
+      const int j = j0 + Lane();
+      float s[kHeads];
+#pragma unroll
+      for (int h = 0; h < kHeads; ++h) s[h] = 0;
+      if (j < k1) {
+        const float4* k4 =
+            reinterpret_cast<const float4*>(k_base + static_cast<int64_t>(j) * kv_dim);
+#pragma unroll 1
+        for (int d0 = 0; d0 < hd / 4; d0 += kKeyBatch) {
+          float4 a[kKeyBatch];
+#pragma unroll
+          for (int i = 0; i < kKeyBatch; ++i) a[i] = k4[d0 + i];
+#pragma unroll
+          for (int h = 0; h < kHeads; ++h) {
+            const float4* q4 = reinterpret_cast<const float4*>(q_smem + h * kStride) + d0;
+#pragma unroll
+            for (int i = 0; i < kKeyBatch; ++i) {
+              const float4 b = q4[i];
+              s[h] += a[i].x * b.x + a[i].y * b.y + a[i].z * b.z + a[i].w * b.w;
+            }
+          }
+        }
+      }
+#pragma unroll
+      for (int h = 0; h < kHeads; ++h) {
+        const float sh = j < k1 ? s[h] * scale : -INFINITY;
+        const float m_new = fmaxf(m[h], WarpMax(sh));  // lane 0's key is always in the chunk
+        const float corr = expf(m[h] - m_new);
+        s[h] = j < k1 ? expf(sh - m_new) : 0.0f;  // from here on, the key's weight p
+        l[h] = l[h] * corr + s[h];
+        m[h] = m_new;
+#pragma unroll
+        for (int t = 0; t < PL; ++t) o[h][t] *= corr;
+      }
+      // Value rows four keys at a time, all loads before any use (see AttentionHeadPartials).
+      const int n = min(32, k1 - j0);
+      constexpr int kValueBatch = 4;
+#pragma unroll 1
+      for (int jj0 = 0; jj0 < n; jj0 += kValueBatch) {
+        float vb[kValueBatch][PL];
+#pragma unroll
+        for (int b = 0; b < kValueBatch; ++b) {
+          const float* vj = v_base + static_cast<int64_t>(j0 + min(jj0 + b, n - 1)) * kv_dim;
+#pragma unroll
+          for (int t = 0; t < PL; ++t) vb[b][t] = t < per_lane ? vj[Lane() + 32 * t] : 0.0f;
+        }
+#pragma unroll
+        for (int b = 0; b < kValueBatch; ++b) {
+#pragma unroll
+          for (int h = 0; h < kHeads; ++h) {
+            const float pj = __shfl_sync(kFullMask, s[h], jj0 + b);
+#pragma unroll
+            for (int t = 0; t < PL; ++t) {
+              if (jj0 + b < n) o[h][t] += pj * vb[b][t];
+            }
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < kHeads; ++h) {
+      const float l_sum = WarpSum(l[h]);
+      if (h >= n_heads) continue;
+      float* part = A.s.attn_part +
+                    ((static_cast<int64_t>(r) * nh + h0 + h) * A.s.n_chunks_max + c) * part_len;
+      if (Lane() == 0) {
+        part[0] = m[h];
+        part[1] = l_sum;
+      }
+#pragma unroll
+      for (int t = 0; t < PL; ++t) {
+        if (t < per_lane) part[kAttnPartHeader + Lane() + 32 * t] = o[h][t];
+      }
+    }
+  }
+}
+
+__device__ void AttentionPartials(const MixerArgs& A, uint8_t* smem) {
+  const AttentionSplit S = SplitAttention(A);
+  if (S.heads == 1) {  // also a model whose KV groups are single heads
+    AttentionHeadPartials(A, S);
+    return;
+  }
+  switch (DimsPerLane(A.dims.head_dim)) {
+    case 1:
+      AttentionTeamPartials<1>(A, S, smem);
+      break;
+    case 2:
+      AttentionTeamPartials<2>(A, S, smem);
+      break;
+    case 4:
+      AttentionTeamPartials<4>(A, S, smem);
+      break;
+    default:
+      AttentionTeamPartials<8>(A, S, smem);
+      break;
+  }
+}
+
+// Σ over the warp of 32 values per lane, transposed: lane i gets Σ over lanes of v[i]. 31 shuffles:
+// each step halves the values a lane keeps, swapping the half its partner keeps.
+template <int W>
+__device__ __forceinline__ void TransposeSumStep(float (&v)[32]) {
+  const bool upper = (Lane() & W) != 0;
+#pragma unroll
+  for (int i = 0; i < W; ++i) {
+    const float send = upper ? v[i] : v[i + W];
+    const float keep = upper ? v[i + W] : v[i];
+    v[i] = keep + __shfl_xor_sync(kFullMask, send, W);
+  }
+}
+__device__ __forceinline__ float TransposeSum32(float (&v)[32]) {
+  TransposeSumStep<16>(v);
+  TransposeSumStep<8>(v);
+  TransposeSumStep<4>(v);
+  TransposeSumStep<2>(v);
+  TransposeSumStep<1>(v);
+  return v[0];
+}
+
 // Attention phase 3: merge the chunks of each (row, head), apply the sigmoid output gate. A warp
-// per (row, head, 32 head dimensions), so that B · n_head · head_dim / 32 warps share the merge
-// (a warp per (row, head) left 32 warps busy for 11 us per layer at 512 keys: phase timeline,
-// 2026-11-29); each lane's dimension sums its chunks in order, as before.
+// per (row, head, 32 head dimensions); each lane merges chunks lane, lane + 32, ... with its own
+// running max (all loads of a round independent), then the warp merges its lanes. Before, each
+// lane walked all chunks of one dimension in order: a round trip per 8 chunks.
 __device__ void AttentionCombine(const MixerArgs& A) {
   const ModelDims& D = A.dims;
   const int B = A.in->n_rows, hd = D.head_dim, nh = D.n_head;
   const int q_stride = D.gated_attention ? 2 * hd : hd;
-  const int n_keys_max = A.in->first_pos + B;
-  const int chunk = AttentionChunk(n_keys_max, B, nh);
-  const int n_chunks = (n_keys_max + chunk - 1) / chunk;
-  const int parts = (hd + 31) / 32;
+  const int n_chunks = SplitAttention(A).n_chunks;
+  const int part_len = kAttnPartHeader + hd;
+  const int parts = hd / 32;
   for (int it = GlobalWarp(); it < B * nh * parts; it += GridWarps()) {
     const int part = it % parts, h = (it / parts) % nh, r = it / (parts * nh);
     const float* chunks =
-        A.s.attn_part + (static_cast<int64_t>(r) * nh + h) * A.s.n_chunks_max * (hd + 2);
-    float m = -INFINITY;
-    for (int c = Lane(); c < n_chunks; c += 32) m = fmaxf(m, chunks[c * (hd + 2)]);
-    m = WarpMax(m);
-    float l = 0;
+        A.s.attn_part + (static_cast<int64_t>(r) * nh + h) * A.s.n_chunks_max * part_len;
+    float m = -INFINITY, l = 0, acc[32];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) acc[i] = 0;
     for (int c = Lane(); c < n_chunks; c += 32) {
-      const float* p = chunks + c * (hd + 2);
-      if (p[1] > 0) l += p[1] * expf(p[0] - m);
+      const float* p = chunks + static_cast<int64_t>(c) * part_len;
+      const float mc = p[0], lc = p[1];
+      const float4* o4 = reinterpret_cast<const float4*>(p + kAttnPartHeader + 32 * part);
+      float4 o[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) o[i] = o4[i];
+      if (lc > 0) {  // a chunk past this row's keys has none
+        const float m_new = fmaxf(m, mc);
+        const float keep = expf(m - m_new), add = expf(mc - m_new);
+        l = l * keep + lc * add;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          acc[4 * i + 0] = acc[4 * i + 0] * keep + o[i].x * add;
+          acc[4 * i + 1] = acc[4 * i + 1] * keep + o[i].y * add;
+          acc[4 * i + 2] = acc[4 * i + 2] * keep + o[i].z * add;
+          acc[4 * i + 3] = acc[4 * i + 3] * keep + o[i].w * add;
+        }
+        m = m_new;
+      }
     }
-    l = WarpSum(l);
+    const float m_all = WarpMax(m);
+    const float f = l > 0 ? expf(m - m_all) : 0.0f;
+    const float l_all = WarpSum(l * f);
+#pragma unroll
+    for (int i = 0; i < 32; ++i) acc[i] *= f;
     const int d = 32 * part + Lane();
-    if (d >= hd) continue;
-    float acc = 0;
-#pragma unroll 8
-    for (int c = 0; c < n_chunks; ++c) {
-      const float* p = chunks + c * (hd + 2);
-      if (p[1] > 0) acc += p[2 + d] * expf(p[0] - m);
-    }
-    float y = acc / l;
+    float y = TransposeSum32(acc) / l_all;
     if (D.gated_attention) {
       y *= Sigmoid(A.s.proj[static_cast<int64_t>(r) * A.s.proj_stride + h * q_stride + hd + d]);
     }
@@ -368,7 +587,9 @@ __device__ void MixerPhase(const MixerArgs& A, int phase, uint8_t* smem) {
     switch (phase) {
       case 0: MixerProjections<R>(A, smem); break;
       case 1: AttentionNormRope(A); break;
-      case 2: AttentionPartials(A); break;
+      case 2:
+        AttentionPartials(A, smem);
+        break;
       case 3: AttentionCombine(A); break;
       case 4: AttentionOutput<R>(A, smem); break;
     }

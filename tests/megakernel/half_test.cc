@@ -1,8 +1,10 @@
 // Each layer half of the CUDA backend against the reference's, on random hidden states: every
-// layer of every tiny shape, 1 and 4 rows, two consecutive calls so the second sees the
-// attention/DeltaNet state the first one left. Compared: the half's contribution (output minus
-// input rows), normalised error. f32 weights: fp32 on both sides; q8_0: int8 activations on the
-// GPU. GPU suite: skips with a message where no CUDA device is usable.
+// layer of every tiny shape, 1 and 4 rows, consecutive calls so that later calls see the
+// attention/DeltaNet state the earlier ones left (attention layers up to 40 keys, two chunks).
+// Attention runs both ways: warps of one query head (the default at short contexts) and teams of a
+// KV group's heads (the default at long ones, forced here). Compared: the half's contribution
+// (output minus input rows), normalised error. f32 weights: fp32 on both sides; q8_0: int8
+// activations on the GPU. GPU suite: skips with a message where no CUDA device is usable.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -26,8 +28,7 @@ TEST_P(LayerHalfTest, MatchesTheReferenceOnRandomStates) {
   }
   const auto& [shape, f32] = GetParam();
   const std::string spec =
-      "synth:" + shape +
-      (f32 ? "?quant=experts=f32,shexp=f32,dense=f32,embed=f32,output=f32" : "");
+      "synth:" + shape + (f32 ? "?quant=experts=f32,shexp=f32,dense=f32,embed=f32,output=f32" : "");
   // Bounds on the normalised error of the half's contribution: fp32 against fp32 differs only in
   // summation order; q8_0 quantises the activations of every product to int8.
   const double bound = f32 ? 1e-4 : 0.1;
@@ -36,38 +37,46 @@ TEST_P(LayerHalfTest, MatchesTheReferenceOnRandomStates) {
   const model::HParams& hp = (*m)->hparams();
   auto ref = reference::ReferenceForward::Create(**m);
   ASSERT_TRUE(ref.ok()) << ref.status();
-  RunnerOptions ro;
-  ro.n_ctx = 64;
-  auto gpu = GpuRunner::Create(**m, ro);
-  ASSERT_TRUE(gpu.ok()) << gpu.status();
   std::mt19937 rng(21);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const size_t H = static_cast<size_t>(hp.n_embd);
   double worst[2] = {0, 0};
-  for (int rows : {1, 4}) {
-    for (int layer = 0; layer < hp.n_layer; ++layer) {
-      for (bool moe : {false, true}) {
-        reference::SequenceState state = reference::SequenceState::Create(hp, 64);
-        ASSERT_TRUE((*gpu)->Reset().ok());
-        for (int call = 0; call < 2; ++call) {
-          const int pos = call * rows;
-          std::vector<float> x(rows * H);
-          for (float& v : x) v = normal(rng);
-          std::vector<float> want = x, got;
-          ASSERT_TRUE((*ref)->LayerHalf(layer, moe, state, pos, rows, want.data()).ok());
-          ASSERT_TRUE((*gpu)->RunLayerHalf(layer, moe, x, rows, pos, &got).ok());
-          double err = 0, norm = 0;
-          for (size_t i = 0; i < x.size(); ++i) {
-            const double w = static_cast<double>(want[i]) - x[i];
-            const double g = static_cast<double>(got[i]) - x[i];
-            ASSERT_TRUE(std::isfinite(got[i])) << "row value " << i;
-            err += (g - w) * (g - w);
-            norm += w * w;
+  for (bool teams : {false, true}) {
+    for (int rows : {1, 4}) {
+      RunnerOptions ro;
+      ro.n_ctx = 64;
+      ro.force_attention_teams = teams;
+      auto gpu = GpuRunner::Create(**m, ro);
+      ASSERT_TRUE(gpu.ok()) << gpu.status();
+      for (int layer = 0; layer < hp.n_layer; ++layer) {
+        for (bool moe : {false, true}) {
+          const bool attention = !moe && !hp.IsRecurrentLayer(layer);
+          if (teams && !attention) continue;
+          // Attention layers run up to 40 keys (two chunks); the others two calls, since the q8_0
+          // error of a DeltaNet state grows with every call on these random inputs.
+          const int calls = attention ? 40 / rows : 2;
+          reference::SequenceState state = reference::SequenceState::Create(hp, 64);
+          ASSERT_TRUE((*gpu)->Reset().ok());
+          for (int call = 0; call < calls; ++call) {
+            const int pos = call * rows;
+            std::vector<float> x(rows * H);
+            for (float& v : x) v = normal(rng);
+            std::vector<float> want = x, got;
+            ASSERT_TRUE((*ref)->LayerHalf(layer, moe, state, pos, rows, want.data()).ok());
+            ASSERT_TRUE((*gpu)->RunLayerHalf(layer, moe, x, rows, pos, &got).ok());
+            double err = 0, norm = 0;
+            for (size_t i = 0; i < x.size(); ++i) {
+              const double w = static_cast<double>(want[i]) - x[i];
+              const double g = static_cast<double>(got[i]) - x[i];
+              ASSERT_TRUE(std::isfinite(got[i])) << "row value " << i;
+              err += (g - w) * (g - w);
+              norm += w * w;
+            }
+            const double e = std::sqrt(err / norm);
+            worst[moe] = std::max(worst[moe], e);
+            EXPECT_LT(e, bound) << spec << " layer " << layer << (moe ? " moe" : " mixer")
+                                << " rows " << rows << " call " << call << (teams ? " teams" : "");
           }
-          const double e = std::sqrt(err / norm);
-          worst[moe] = std::max(worst[moe], e);
-          EXPECT_LT(e, bound) << spec << " layer " << layer << (moe ? " moe" : " mixer")
-                              << " rows " << rows << " call " << call;
         }
       }
     }

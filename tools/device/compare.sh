@@ -7,7 +7,7 @@
 # context 512 on both benchmark shapes. Logs and JSON go to $OUT as <variant>_*. Set MODELS,
 # CONTEXTS or STEPS to change the bench; REPEAT=2 runs the whole list twice (noise check). Only
 # 8 files come back from a call, so the printed lines are the record; the JSON of the first
-# variants comes back too.
+# variants comes back too. PHASES=1 also prints each run's phase timeline.
 set -uo pipefail
 out=${OUT:-out}
 mkdir -p "$out"
@@ -26,6 +26,9 @@ for pass in $(seq "${REPEAT:-1}"); do
     "$dir/tandem" bench decode --backend cuda "${margs[@]}" --contexts "${CONTEXTS:-512}" \
       --steps "${STEPS:-32}" --json "$out/${v}_decode_$pass.json" > "$out/${v}_bench_$pass.log" 2>&1
     echo "$v bench rc=$? t=$(( $(date +%s) - t0 )) s"
-    grep -E "tok/s|^matvec (q8_0|q4_k|f32) +256" "$out/${v}_bench_$pass.log" | sed "s/^/  /"
+    # PHASES=1 adds the per-layer phase timeline (µs) printed under each tok/s line.
+    pattern="tok/s|^matvec (q8_0|q4_k|f32) +256"
+    [[ ${PHASES:-0} == 1 ]] && pattern+="|^    (attention|deltanet|moe) "
+    grep -E "$pattern" "$out/${v}_bench_$pass.log" | sed "s/^/  /"
   done
 done
