@@ -217,8 +217,8 @@ __device__ void AttentionHeadPartials(const MixerArgs& A, const AttentionSplit& 
 // head of the team, then the warp accumulates the 32 weighted value rows, lanes over head
 // dimensions. PL = head dimensions per lane (a power of two ≥ head_dim / 32). The team's queries
 // are staged in this warp's shared memory, so the score loop addresses every head at a constant
-// offset (per-head global pointers pushed it past 128 registers); with 8 heads, two 16-byte key
-// loads in flight a lane is what fits without spilling.
+// offset (per-head global pointers pushed it past 128 registers). With 8 heads a lane has two
+// 16-byte key loads in flight: four ran no faster and spilled more (session 8).
 template <int PL>
 __device__ void AttentionTeamPartials(const MixerArgs& A, const AttentionSplit& S, uint8_t* smem) {
   constexpr int kHeads = HeadsPerWarp(PL);
