@@ -50,6 +50,9 @@ struct StepInput {
   int32_t tokens[kMaxRows] = {};
   int32_t logits_row0 = 0;   // first row that gets logits
   int32_t n_logit_rows = 0;  // rows from logits_row0 that get logits (and an argmax)
+  // Numbers every step the host enqueues (from 1): the attention phase's head flags hold the
+  // number of the step that published them. Positions repeat after a rejected draft; this does not.
+  uint32_t seq = 0;
 };
 
 struct ModelDims {
@@ -97,6 +100,9 @@ struct Scratch {
   float* exp_act = nullptr;   // [B*k][n_ff_exp] silu(gate) * up per (expert, row) pair
   float* exp_out = nullptr;   // [B*k][n_embd] down projection per pair
   int32_t* routes = nullptr;  // RouteTable (see moe.cuh), written by block 0
+  // [n_layer][kMaxRows][n_head + n_head_kv]: StepInput::seq once a row's query head (or key and
+  // value head) is normed, roped and appended in that layer's attention phase.
+  uint32_t* head_ready = nullptr;
   int32_t* route_ids = nullptr;  // [B][n_layer][k] chosen experts (for routing logs)
   float* route_weights = nullptr;  // [B][n_layer][k]
   float* logits = nullptr;    // [B][n_vocab]

@@ -258,9 +258,13 @@ absl::Status GpuRunner::AllocateState() {
   s.route_ids = reinterpret_cast<int32_t*>(AllocBytes(uint64_t{B} * d.n_layer * k * 4, &vram_.scratch));
   s.argmax = reinterpret_cast<int32_t*>(AllocBytes(uint64_t{B} * 4, &vram_.scratch));
   step_dev_ = reinterpret_cast<StepInput*>(AllocBytes(sizeof(StepInput), &vram_.scratch));
-  if (s.routes == nullptr || s.route_ids == nullptr || s.argmax == nullptr || step_dev_ == nullptr) {
+  const uint64_t flag_bytes = uint64_t{4} * d.n_layer * kMaxRows * (d.n_head + d.n_head_kv);
+  s.head_ready = reinterpret_cast<uint32_t*>(AllocBytes(flag_bytes, &vram_.scratch));
+  if (s.routes == nullptr || s.route_ids == nullptr || s.argmax == nullptr ||
+      step_dev_ == nullptr || s.head_ready == nullptr) {
     return oom("route tables");
   }
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaMemset(s.head_ready, 0, flag_bytes));  // no step is numbered 0
 
   // Per-layer state.
   for (int il = 0; il < d.n_layer; ++il) {
@@ -403,6 +407,7 @@ absl::Status GpuRunner::EnqueueStep(int n_rows, bool with_head) {
 }
 
 absl::Status GpuRunner::Step(int n_rows, bool with_head) {
+  step_host_->seq = ++step_seq_;
   TANDEM_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(step_dev_, step_host_, sizeof(StepInput), cudaMemcpyHostToDevice, stream_));
   if (!options_.graphs) return EnqueueStep(n_rows, with_head);
@@ -497,6 +502,7 @@ absl::Status GpuRunner::RunLayerHalf(int layer, bool moe, std::span<const float>
   in = StepInput();
   in.n_rows = n_rows;
   in.first_pos = first_pos;
+  in.seq = ++step_seq_;
   const int v = RowsVariantIndex(n_rows), R = kRowsVariants[v];
   TANDEM_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(step_dev_, step_host_, sizeof(StepInput), cudaMemcpyHostToDevice, stream_));

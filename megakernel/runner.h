@@ -106,6 +106,7 @@ class GpuRunner {
   std::vector<MoeArgs> moe_;
   HeadArgs head_;
   StepInput* step_host_ = nullptr;  // pinned
+  uint32_t step_seq_ = 0;           // StepInput::seq of the last step enqueued
   StepInput* step_dev_ = nullptr;
   cudaStream_t stream_ = nullptr;
   uint64_t* timeline_ = nullptr;  // set_timeline's buffer (in allocations_)

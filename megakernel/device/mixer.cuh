@@ -1,16 +1,19 @@
-// The mixer half of one layer as phases of a persistent kernel: gated attention (projections,
-// q/k norm + partial NeoX RoPE + KV append, split-key attention, combine + sigmoid gate, output
-// projection) or Gated DeltaNet (projections, causal conv + L2 norms, delta rule, gated RMSNorm +
-// output projection), each ending in the residual add. Phase p only reads what phases < p wrote;
-// the caller puts a grid barrier (megakernel) or a kernel boundary (per-op mode) between phases.
+// The mixer half of one layer as phases of a persistent kernel: gated attention (projections;
+// q/k norm + partial NeoX RoPE + KV append and split-key attention in one phase, behind per-head
+// flags; combine + sigmoid gate; output projection) or Gated DeltaNet (projections, causal conv +
+// L2 norms, delta rule, gated RMSNorm + output projection), each ending in the residual add. Phase
+// p reads what phases < p wrote, and the heads its own flags publish; the caller puts a grid
+// barrier (megakernel) or a kernel boundary (per-op mode) between phases.
 // C++17, device only.
 #pragma once
+
+#include <cuda/atomic>
 
 #include "megakernel/device/matvec.cuh"
 
 namespace tandem::megakernel {
 
-inline constexpr int kAttentionPhases = 5;
+inline constexpr int kAttentionPhases = 4;
 inline constexpr int kDeltaNetPhases = 4;
 inline constexpr int kMaxHeadDim = 256;       // attention head_dim (checked on the host)
 inline constexpr int kMaxConvKernel = 8;      // DeltaNet conv taps (checked on the host)
@@ -87,8 +90,49 @@ __device__ void MixerProjections(const MixerArgs& A, uint8_t* smem) {
   RunJobs<R>(Plan().job, n);
 }
 
-// Attention phase 1: q/k RMSNorm and RoPE in place, k and v appended to the caches.
-__device__ void AttentionNormRope(const MixerArgs& A) {
+// The step's query and new key heads are normed and roped inside the attention phase, not in a
+// phase of their own (that phase and its grid barrier cost 6.5 us per attention layer on
+// qwen3-30b-a3b at 512 keys, 2026-11-30). The first warps of the phase take the heads; each
+// publishes a flag per (row, head) once its head is in place (and, for a key head, appended with
+// its value head to the caches), and the warps that read a head wait for its flag. The flag
+// holds the step's number: positions repeat after a rejected draft, step numbers do not. Every
+// block is resident in both launch modes, and a warp finishes its heads before it waits on any,
+// so the waits end.
+__device__ __forceinline__ uint32_t* HeadFlag(const MixerArgs& A, int row, int head) {
+  const int per_row = A.dims.n_head + A.dims.n_head_kv;
+  return A.s.head_ready + (static_cast<int64_t>(A.layer) * kMaxRows + row) * per_row + head;
+}
+
+// Lane 0 after the warp's writes: the warp barrier orders the lanes' writes before lane 0's
+// release store (device scope), so a reader that acquires the flag sees the whole head.
+__device__ __forceinline__ void PublishHead(uint32_t* flag, uint32_t seq) {
+  __syncwarp();
+  if (Lane() != 0) return;
+  cuda::atomic_ref<uint32_t, cuda::thread_scope_device>(*flag).store(seq,
+                                                                     cuda::memory_order_release);
+}
+
+// Every lane waits (acquire, device scope) until the head's flag holds this step's number.
+__device__ __forceinline__ void WaitHead(uint32_t* flag, uint32_t seq) {
+  cuda::atomic_ref<uint32_t, cuda::thread_scope_device> f(*flag);
+  while (f.load(cuda::memory_order_acquire) != seq) {
+  }
+}
+
+// The keys of this step that a chunk [k0, k1) of row r sees: wait for their (and their values')
+// append by rows max(0, k0 - first_pos) .. min(r, k1 - 1 - first_pos) of KV head g.
+__device__ __forceinline__ void WaitNewKeys(const MixerArgs& A, int r, int g, int k0, int k1) {
+  const int first = A.in->first_pos;
+  const int last_row = min(r, k1 - 1 - first);
+  for (int rr = max(0, k0 - first); rr <= last_row; ++rr) {
+    WaitHead(HeadFlag(A, rr, A.dims.n_head + g), A.in->seq);
+  }
+}
+
+// The step's heads: q/k RMSNorm and RoPE in place, k and v appended to the caches, each head's
+// flag published. Queries written here are read back with L2 loads (ld.global.cg): an L1 line
+// of another multiprocessor may hold the raw values where a row of the projections shares it.
+__device__ void NormRopeHeads(const MixerArgs& A) {
   const ModelDims& D = A.dims;
   const int B = A.in->n_rows, hd = D.head_dim, half = D.n_rot / 2;
   const int q_stride = D.gated_attention ? 2 * hd : hd;
@@ -123,14 +167,15 @@ __device__ void AttentionNormRope(const MixerArgs& A) {
         A.att.v_cache[at + i] = vsrc[i];
       }
     }
+    PublishHead(HeadFlag(A, r, h), A.in->seq);
   }
 }
 
-// Attention phase 2, short contexts (teams of one head): one warp per (row, head, key chunk):
+// Attention phase 1, short contexts (teams of one head): one warp per (row, head, key chunk):
 // online softmax over the chunk's keys, writing (max, sum, unnormalised output) to the partials.
 // Keys go 32 at a time: each lane scores one key with independent 16-byte loads (no dependent round
 // trip per key), then the warp accumulates the 32 weighted value rows, lanes over head dimensions.
-__device__ void AttentionHeadPartials(const MixerArgs& A, const AttentionSplit& S) {
+__device__ void AttentionHeadPartials(const MixerArgs& A, const AttentionSplit& S, uint8_t* smem) {
   const ModelDims& D = A.dims;
   const int B = A.in->n_rows, hd = D.head_dim, nh = D.n_head;
   const int q_stride = D.gated_attention ? 2 * hd : hd;
@@ -144,9 +189,18 @@ __device__ void AttentionHeadPartials(const MixerArgs& A, const AttentionSplit& 
     const int c = it % n_chunks, h = (it / n_chunks) % nh, r = it / (n_chunks * nh);
     const int n_keys = A.in->first_pos + r + 1;
     const int k0 = c * chunk, k1 = min(n_keys, k0 + chunk);
-    const float4* q4 = reinterpret_cast<const float4*>(
-        A.s.proj + static_cast<int64_t>(r) * A.s.proj_stride + h * q_stride);
     const int g = h / group;
+    // The query, once published, staged in this warp's shared memory (see NormRopeHeads).
+    float* q_smem = reinterpret_cast<float*>(smem + Warp() * kAttentionBytesPerWarp);
+    {
+      WaitHead(HeadFlag(A, r, h), A.in->seq);
+      const float* q = A.s.proj + static_cast<int64_t>(r) * A.s.proj_stride + h * q_stride;
+      __syncwarp();  // the previous item's reads are done
+      for (int i = Lane(); i < hd; i += 32) q_smem[i] = __ldcg(q + i);
+      __syncwarp();
+    }
+    const float4* q4 = reinterpret_cast<const float4*>(q_smem);
+    WaitNewKeys(A, r, g, k0, k1);
     const float* k_base = A.att.k_cache + g * hd;
     const float* v_base = A.att.v_cache + g * hd;
     float o[kMaxHeadDim / 32];
@@ -211,7 +265,7 @@ __device__ void AttentionHeadPartials(const MixerArgs& A, const AttentionSplit& 
   }
 }
 
-// Attention phase 2, long contexts: one warp per (row, KV group, team of query heads, key chunk):
+// Attention phase 1, long contexts: one warp per (row, KV group, team of query heads, key chunk):
 // online softmax over the chunk's keys for each head of the team, writing (max, sum, unnormalised
 // output) per head to the partials. Keys go 32 at a time: each lane scores one key against every
 // head of the team, then the warp accumulates the 32 weighted value rows, lanes over head
@@ -244,16 +298,18 @@ __device__ void AttentionTeamPartials(const MixerArgs& A, const AttentionSplit& 
     const int n_keys = A.in->first_pos + r + 1;
     const int k0 = c * S.chunk, k1 = min(n_keys, k0 + S.chunk);
     {
+      for (int h = 0; h < n_heads; ++h) WaitHead(HeadFlag(A, r, h0 + h), A.in->seq);
       const float* q = A.s.proj + static_cast<int64_t>(r) * A.s.proj_stride + h0 * q_stride;
       __syncwarp();  // the previous item's reads are done
       // Heads past the group's end (when kHeads does not divide it) score zero queries; their
       // results are not written.
       for (int h = 0; h < kHeads; ++h) {
         for (int i = Lane(); i < hd; i += 32)
-          q_smem[h * kStride + i] = h < n_heads ? q[h * q_stride + i] : 0.0f;
+          q_smem[h * kStride + i] = h < n_heads ? __ldcg(q + h * q_stride + i) : 0.0f;
       }
       __syncwarp();
     }
+    WaitNewKeys(A, r, g, k0, k1);
     const float* k_base = A.att.k_cache + g * hd;
     const float* v_base = A.att.v_cache + g * hd;
     float o[kHeads][PL], m[kHeads], l[kHeads];  // l: this lane's keys only, summed at the end
@@ -343,9 +399,10 @@ __device__ void AttentionTeamPartials(const MixerArgs& A, const AttentionSplit& 
 }
 
 __device__ void AttentionPartials(const MixerArgs& A, uint8_t* smem) {
+  NormRopeHeads(A);
   const AttentionSplit S = SplitAttention(A);
   if (S.heads == 1) {  // also a model whose KV groups are single heads
-    AttentionHeadPartials(A, S);
+    AttentionHeadPartials(A, S, smem);
     return;
   }
   switch (DimsPerLane(A.dims.head_dim)) {
@@ -385,7 +442,7 @@ __device__ __forceinline__ float TransposeSum32(float (&v)[32]) {
   return v[0];
 }
 
-// Attention phase 3: merge the chunks of each (row, head), apply the sigmoid output gate. A warp
+// Attention phase 2: merge the chunks of each (row, head), apply the sigmoid output gate. A warp
 // per (row, head, 32 head dimensions); each lane merges chunks lane, lane + 32, ... with its own
 // running max (all loads of a round independent), then the warp merges its lanes. Before, each
 // lane walked all chunks of one dimension in order: a round trip per 8 chunks.
@@ -438,7 +495,7 @@ __device__ void AttentionCombine(const MixerArgs& A) {
   }
 }
 
-// Attention phase 4: output projection added to the residual.
+// Attention phase 3: output projection added to the residual.
 template <int R>
 __device__ void AttentionOutput(const MixerArgs& A, uint8_t* smem) {
   const ModelDims& D = A.dims;
@@ -586,12 +643,15 @@ __device__ void MixerPhase(const MixerArgs& A, int phase, uint8_t* smem) {
   } else {
     switch (phase) {
       case 0: MixerProjections<R>(A, smem); break;
-      case 1: AttentionNormRope(A); break;
-      case 2:
+      case 1:
         AttentionPartials(A, smem);
         break;
-      case 3: AttentionCombine(A); break;
-      case 4: AttentionOutput<R>(A, smem); break;
+      case 2:
+        AttentionCombine(A);
+        break;
+      case 3:
+        AttentionOutput<R>(A, smem);
+        break;
     }
   }
 }
