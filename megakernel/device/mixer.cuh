@@ -175,6 +175,8 @@ __device__ void NormRopeHeads(const MixerArgs& A) {
 // online softmax over the chunk's keys, writing (max, sum, unnormalised output) to the partials.
 // Keys go 32 at a time: each lane scores one key with independent 16-byte loads (no dependent round
 // trip per key), then the warp accumulates the 32 weighted value rows, lanes over head dimensions.
+// PL = head dimensions per lane (a power of two ≥ head_dim / 32).
+template <int PL>
 __device__ void AttentionHeadPartials(const MixerArgs& A, const AttentionSplit& S, uint8_t* smem) {
   const ModelDims& D = A.dims;
   const int B = A.in->n_rows, hd = D.head_dim, nh = D.n_head;
@@ -203,9 +205,9 @@ __device__ void AttentionHeadPartials(const MixerArgs& A, const AttentionSplit& 
     WaitNewKeys(A, r, g, k0, k1);
     const float* k_base = A.att.k_cache + g * hd;
     const float* v_base = A.att.v_cache + g * hd;
-    float o[kMaxHeadDim / 32];
+    float o[PL];
 #pragma unroll
-    for (int t = 0; t < kMaxHeadDim / 32; ++t) o[t] = 0;
+    for (int t = 0; t < PL; ++t) o[t] = 0;
     float m = -INFINITY, l = 0;
     for (int j0 = k0; j0 < k1; j0 += 32) {
       const int j = j0 + Lane();
@@ -226,26 +228,27 @@ __device__ void AttentionHeadPartials(const MixerArgs& A, const AttentionSplit& 
       const float corr = expf(m - m_new);
       l = l * corr + WarpSum(p);
 #pragma unroll
-      for (int t = 0; t < kMaxHeadDim / 32; ++t) o[t] *= corr;
+      for (int t = 0; t < PL; ++t) o[t] *= corr;
       // The value rows go kValueBatch at a time, all loads before any use: one round trip per
       // batch instead of one per key (a loop of dependent round trips cost 33 us per layer at
       // 512 keys, phase timeline 2026-11-29). Keys past the chunk load the last key again
-      // (a valid row) with p = 0; the sum runs in key order as before.
+      // (a valid row) with p = 0; the sum runs in key order as before. With the accumulators
+      // sized by PL, a batch of 64 floats a lane fits: 16 keys for head_dim ≤ 128.
       const int n = min(32, k1 - j0);
-      constexpr int kValueBatch = 4;
+      constexpr int kValueBatch = 64 / PL < 16 ? 64 / PL : 16;
       for (int jj0 = 0; jj0 < n; jj0 += kValueBatch) {
-        float vb[kValueBatch][kMaxHeadDim / 32];
+        float vb[kValueBatch][PL];
 #pragma unroll
         for (int b = 0; b < kValueBatch; ++b) {
           const float* vj = v_base + static_cast<int64_t>(j0 + min(jj0 + b, n - 1)) * kv_dim;
 #pragma unroll
-          for (int t = 0; t < kMaxHeadDim / 32; ++t) vb[b][t] = t < per_lane ? vj[Lane() + 32 * t] : 0.0f;
+          for (int t = 0; t < PL; ++t) vb[b][t] = t < per_lane ? vj[Lane() + 32 * t] : 0.0f;
         }
 #pragma unroll
         for (int b = 0; b < kValueBatch; ++b) {
           const float pj = __shfl_sync(kFullMask, p, jj0 + b);  // 0 past the chunk's keys
 #pragma unroll
-          for (int t = 0; t < kMaxHeadDim / 32; ++t) {
+          for (int t = 0; t < PL; ++t) {
             if (t < per_lane && jj0 + b < n) o[t] += pj * vb[b][t];
           }
         }
@@ -259,7 +262,7 @@ __device__ void AttentionHeadPartials(const MixerArgs& A, const AttentionSplit& 
       part[1] = l;
     }
 #pragma unroll
-    for (int t = 0; t < kMaxHeadDim / 32; ++t) {
+    for (int t = 0; t < PL; ++t) {
       if (t < per_lane) part[kAttnPartHeader + Lane() + 32 * t] = o[t];
     }
   }
@@ -401,23 +404,16 @@ __device__ void AttentionTeamPartials(const MixerArgs& A, const AttentionSplit& 
 __device__ void AttentionPartials(const MixerArgs& A, uint8_t* smem) {
   NormRopeHeads(A);
   const AttentionSplit S = SplitAttention(A);
-  if (S.heads == 1) {  // also a model whose KV groups are single heads
-    AttentionHeadPartials(A, S, smem);
-    return;
-  }
+  const bool teams = S.heads > 1;  // one head a warp also where a KV group is one head
   switch (DimsPerLane(A.dims.head_dim)) {
     case 1:
-      AttentionTeamPartials<1>(A, S, smem);
-      break;
+      return teams ? AttentionTeamPartials<1>(A, S, smem) : AttentionHeadPartials<1>(A, S, smem);
     case 2:
-      AttentionTeamPartials<2>(A, S, smem);
-      break;
+      return teams ? AttentionTeamPartials<2>(A, S, smem) : AttentionHeadPartials<2>(A, S, smem);
     case 4:
-      AttentionTeamPartials<4>(A, S, smem);
-      break;
+      return teams ? AttentionTeamPartials<4>(A, S, smem) : AttentionHeadPartials<4>(A, S, smem);
     default:
-      AttentionTeamPartials<8>(A, S, smem);
-      break;
+      return teams ? AttentionTeamPartials<8>(A, S, smem) : AttentionHeadPartials<8>(A, S, smem);
   }
 }
 
