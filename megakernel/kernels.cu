@@ -181,6 +181,23 @@ cudaError_t PrepareHalf(Half half, int rows_variant, int64_t smem, int max_block
   return cudaSuccess;
 }
 
+cudaError_t MaxDynamicSmem(Half half, int rows_variant, int64_t* bytes) {
+  cudaFuncAttributes attributes;
+  if (cudaError_t e = cudaFuncGetAttributes(&attributes, KernelOf(half, rows_variant));
+      e != cudaSuccess) {
+    return e;
+  }
+  int device = 0, optin = 0;
+  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+  if (cudaError_t e =
+          cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+      e != cudaSuccess) {
+    return e;
+  }
+  *bytes = static_cast<int64_t>(optin) - static_cast<int64_t>(attributes.sharedSizeBytes);
+  return cudaSuccess;
+}
+
 cudaError_t LaunchMixer(const MixerArgs& args, int rows_variant, KernelMode mode,
                         const LaunchShape& shape, cudaStream_t stream) {
   return LaunchPhases(KernelOf(Half::kMixer, rows_variant), args,

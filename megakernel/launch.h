@@ -30,6 +30,10 @@ int PhaseCount(Half half, bool recurrent);
 cudaError_t PrepareHalf(Half half, int rows_variant, int64_t smem, int max_blocks_per_sm,
                         LaunchShape* shape);
 
+// The most dynamic shared memory a block of this kernel variant may use on the current device:
+// the device's opt-in limit less the kernel's static shared memory.
+cudaError_t MaxDynamicSmem(Half half, int rows_variant, int64_t* bytes);
+
 cudaError_t LaunchMixer(const MixerArgs& args, int rows_variant, KernelMode mode,
                         const LaunchShape& shape, cudaStream_t stream);
 cudaError_t LaunchMoe(const MoeArgs& args, int rows_variant, KernelMode mode,

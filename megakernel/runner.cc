@@ -319,9 +319,26 @@ absl::Status GpuRunner::AllocateState() {
          ActSetBytes(R * k, d.n_ff_exp, false)});
     const int64_t head_smem = ActSetBytes(R, d.n_embd, true);
     const int cap = std::max(1, options_.max_blocks_per_sm);
-    TANDEM_CUDA_RETURN_IF_ERROR(PrepareHalf(Half::kMixer, R, mixer_smem, cap, &mixer_shape_[v]));
-    TANDEM_CUDA_RETURN_IF_ERROR(PrepareHalf(Half::kMoe, R, moe_smem, cap, &moe_shape_[v]));
-    TANDEM_CUDA_RETURN_IF_ERROR(PrepareHalf(Half::kHead, R, head_smem, cap, &head_shape_[v]));
+    const struct {
+      Half half;
+      const char* name;
+      int64_t smem;
+      LaunchShape* shape;
+    } halves[] = {{Half::kMixer, "mixer", mixer_smem, &mixer_shape_[v]},
+                  {Half::kMoe, "MoE", moe_smem, &moe_shape_[v]},
+                  {Half::kHead, "head", head_smem, &head_shape_[v]}};
+    for (const auto& h : halves) {
+      int64_t limit = 0;
+      TANDEM_CUDA_RETURN_IF_ERROR(MaxDynamicSmem(h.half, R, &limit));
+      if (h.smem > limit) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "--backend cuda: the ", h.name, " kernel for ", R, " rows needs ",
+            (h.smem + 1023) / 1024,
+            " KiB of shared memory a block for this model; this GPU allows ", limit / 1024,
+            " KiB (compute capability 8.0 and newer allow 99 KiB or more)"));
+      }
+      TANDEM_CUDA_RETURN_IF_ERROR(PrepareHalf(h.half, R, h.smem, cap, h.shape));
+    }
   }
   return Reset();
 }

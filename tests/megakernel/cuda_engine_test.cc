@@ -290,6 +290,25 @@ TEST(CudaRunnerTest, PerOpModeAndGraphsGiveIdenticalLogits) {
   }
 }
 
+// The runner checks each kernel variant's shared memory against what the device allows it (the
+// opt-in limit less the kernel's static shared memory), so that a card with less says so.
+TEST(CudaRunnerTest, SharedMemoryLimitIsTheOptInLimitLessStatic) {
+  SKIP_WITHOUT_GPU();
+  int device = 0, optin = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+            cudaSuccess);
+  using megakernel::Half;
+  for (Half half : {Half::kMixer, Half::kMoe, Half::kHead}) {
+    for (int rows : megakernel::kRowsVariants) {
+      int64_t limit = 0;
+      ASSERT_EQ(megakernel::MaxDynamicSmem(half, rows, &limit), cudaSuccess);
+      EXPECT_GT(limit, 0);
+      EXPECT_LE(limit, optin);
+    }
+  }
+}
+
 TEST(CudaEngineTest, ExplicitCudaNamesTheAlternativesWithoutAGpu) {
   if (megakernel::CudaUnavailableReason().empty()) GTEST_SKIP() << "a GPU is present";
   EngineOptions o;
