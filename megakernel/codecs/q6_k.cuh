@@ -45,7 +45,9 @@ struct CodecQ6K {
 #pragma unroll
     for (int g = 0; g < 4; ++g) {
       // Run g: low nibbles from ql[32·(g%2) + l] (high nibble when g >= 2), top bits from bit
-      // pair g of qh[l]; values − 32.
+      // pair g of qh[l]; values − 32, bytewise: with bit 7 of each byte (0..63) set first, no
+      // byte borrows from the next, and the xor restores it. __vsubss4 saturates, which these
+      // values never need, and sm_90 emulates it in about eight instructions a word.
       uint32_t v[8];
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
@@ -55,7 +57,7 @@ struct CodecQ6K {
                              : g == 1 ? (qh[j] << 2) & 0x30303030u
                              : g == 2 ? qh[j] & 0x30303030u
                                       : (qh[j] >> 2) & 0x30303030u;
-        v[j] = __vsubss4(low | top, 0x20202020u);
+        v[j] = ((low | top | 0x80808080u) - 0x20202020u) ^ 0x80808080u;
       }
       const uint32_t sw = sc[g >> 1];
       const float d0 = d * SignedByte(sw, 2 * (g & 1));
@@ -88,13 +90,15 @@ struct CodecQ3K {
 #pragma unroll
     for (int g = 0; g < 4; ++g) {
       // Weight 128h + 32g + l: low bits (qs[l] >> 2g) & 3, high bit (hmask[l] >> (4h + g)) & 1;
-      // value = low + 4·high − 4.
+      // value = low + 4·high − 4: low itself where the high bit is set, else low − 4, which as
+      // a byte is low | 0xFC (low ≤ 3). Each clear high bit times 0xFC gives that byte without
+      // carries; no emulated __vsubss4.
       uint32_t v[8];
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
         const uint32_t low = (qs[j] >> (2 * g)) & 0x03030303u;
-        const uint32_t high = (hm[j] >> (4 * h + g)) & 0x01010101u;
-        v[j] = __vsubss4(low | high << 2, 0x04040404u);
+        const uint32_t high_clear = (~hm[j] >> (4 * h + g)) & 0x01010101u;
+        v[j] = low | high_clear * 0xFCu;
       }
       const int j0 = 8 * h + 2 * g;
       DotRun16<R>(v, d * Q3KScaleWords(sc[0], sc[1], sc[2], j0),

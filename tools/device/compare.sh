@@ -27,7 +27,7 @@ for pass in $(seq "${REPEAT:-1}"); do
       --steps "${STEPS:-32}" --json "$out/${v}_decode_$pass.json" > "$out/${v}_bench_$pass.log" 2>&1
     echo "$v bench rc=$? t=$(( $(date +%s) - t0 )) s"
     # PHASES=1 adds the per-layer phase timeline (µs) printed under each tok/s line.
-    pattern="tok/s|^matvec (q8_0|q4_k|f32) +256"
+    pattern="tok/s|^matvec (q8_0|q4_k|q3_k|q6_k|f32) "
     [[ ${PHASES:-0} == 1 ]] && pattern+="|^    (attention|deltanet|moe) "
     grep -E "$pattern" "$out/${v}_bench_$pass.log" | sed "s/^/  /"
   done
