@@ -67,11 +67,22 @@ struct CodecQ6K {
   }
 };
 
-// Signed 6-bit scale j (0..15) of Q3_K from its 12 packed bytes (quant::Q3KScale).
-__device__ __forceinline__ float Q3KScaleWords(uint32_t w0, uint32_t w1, uint32_t w2, int j) {
-  const int low4 = j < 8 ? (Byte12(w0, w1, w2, j) & 0xF) : (Byte12(w0, w1, w2, j - 8) >> 4);
-  const int high2 = (Byte12(w0, w1, w2, 8 + (j & 3)) >> (2 * (j >> 2))) & 3;
-  return static_cast<float>((low4 | high2 << 4) - 32);
+// The eight 6-bit scales (biased by 32) of Q3_K half-block h, sub-blocks j = 8h + m, as bytes m
+// of two words (m = 0..3, 4..7), from the block's 12 packed scale bytes (quant::Q3KScale): low four
+// bits from nibble h of byte m, top two from bits 4h + 2(m / 4) of byte 8 + m % 4. Shifting the
+// words by 4h once keeps every field inside its byte, so the whole set costs a few word operations
+// instead of a byte select and two variable shifts per scale.
+__device__ __forceinline__ void Q3KHalfScales(const uint32_t (&sc)[3], int h, uint32_t* s03,
+                                              uint32_t* s47) {
+  const unsigned shift = 4u * static_cast<unsigned>(h);
+  const uint32_t top = sc[2] >> shift;
+  *s03 = ((sc[0] >> shift) & 0x0F0F0F0Fu) | (top & 0x03030303u) << 4;
+  *s47 = ((sc[1] >> shift) & 0x0F0F0F0Fu) | (top >> 2 & 0x03030303u) << 4;
+}
+
+// Byte k of w, a biased 6-bit scale, as its signed value.
+__device__ __forceinline__ float BiasedScale(uint32_t w, int k) {
+  return static_cast<float>(static_cast<int>((w >> (8 * k)) & 0xffu) - 32);
 }
 
 struct CodecQ3K {
@@ -87,6 +98,8 @@ struct CodecQ3K {
     LoadWords<3>(blk + 96, sc);
     LoadWords<1>(blk + 108, dw);
     const float d = HalfBitsToFloat(dw[0]);
+    uint32_t s03, s47;
+    Q3KHalfScales(sc, h, &s03, &s47);
 #pragma unroll
     for (int g = 0; g < 4; ++g) {
       // Weight 128h + 32g + l: low bits (qs[l] >> 2g) & 3, high bit (hmask[l] >> (4h + g)) & 1;
@@ -100,10 +113,9 @@ struct CodecQ3K {
         const uint32_t high_clear = (~hm[j] >> (4 * h + g)) & 0x01010101u;
         v[j] = low | high_clear * 0xFCu;
       }
-      const int j0 = 8 * h + 2 * g;
-      DotRun16<R>(v, d * Q3KScaleWords(sc[0], sc[1], sc[2], j0),
-                  d * Q3KScaleWords(sc[0], sc[1], sc[2], j0 + 1), 8 * b + 4 * h + g, a, mask,
-                  base, acc);
+      const uint32_t sw = g < 2 ? s03 : s47;  // scales m = 2g, 2g + 1
+      DotRun16<R>(v, d * BiasedScale(sw, 2 * (g & 1)), d * BiasedScale(sw, 2 * (g & 1) + 1),
+                  8 * b + 4 * h + g, a, mask, base, acc);
     }
   }
 };

@@ -51,11 +51,6 @@ __device__ __forceinline__ void LoadWords(const uint8_t* p, uint32_t (&w)[N]) {
   for (int i = 0; i < N; ++i) w[i] = __funnelshift_r(a[i], a[i + 1], shift);
 }
 
-// Byte k (0..11) of three words, for the 12-byte scale fields of Q3_K, Q4_K and Q5_K.
-__device__ __forceinline__ int Byte12(uint32_t w0, uint32_t w1, uint32_t w2, int k) {
-  const uint32_t w = k < 4 ? w0 : (k < 8 ? w1 : w2);
-  return static_cast<int>((w >> (8 * (k & 3))) & 0xffu);
-}
 
 // Σ of 16 int8 products: four words of weights against 16 activation bytes (16-byte aligned).
 __device__ __forceinline__ int Dot16(const uint32_t* v, const int8_t* x) {
