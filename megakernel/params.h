@@ -103,6 +103,9 @@ struct Scratch {
   // [n_layer][kMaxRows][n_head + n_head_kv]: StepInput::seq once a row's query head (or key and
   // value head) is normed, roped and appended in that layer's attention phase.
   uint32_t* head_ready = nullptr;
+  // [kMaxRows][n_head]: key chunks of the running attention layer whose partials are written
+  // (release increments); the output-projection phase zeroes them for the next layer.
+  uint32_t* chunks_done = nullptr;
   int32_t* route_ids = nullptr;  // [B][n_layer][k] chosen experts (for routing logs)
   float* route_weights = nullptr;  // [B][n_layer][k]
   float* logits = nullptr;    // [B][n_vocab]

@@ -260,11 +260,14 @@ absl::Status GpuRunner::AllocateState() {
   step_dev_ = reinterpret_cast<StepInput*>(AllocBytes(sizeof(StepInput), &vram_.scratch));
   const uint64_t flag_bytes = uint64_t{4} * d.n_layer * kMaxRows * (d.n_head + d.n_head_kv);
   s.head_ready = reinterpret_cast<uint32_t*>(AllocBytes(flag_bytes, &vram_.scratch));
+  const uint64_t chunk_count_bytes = uint64_t{4} * kMaxRows * d.n_head;
+  s.chunks_done = reinterpret_cast<uint32_t*>(AllocBytes(chunk_count_bytes, &vram_.scratch));
   if (s.routes == nullptr || s.route_ids == nullptr || s.argmax == nullptr ||
-      step_dev_ == nullptr || s.head_ready == nullptr) {
+      step_dev_ == nullptr || s.head_ready == nullptr || s.chunks_done == nullptr) {
     return oom("route tables");
   }
   TANDEM_CUDA_RETURN_IF_ERROR(cudaMemset(s.head_ready, 0, flag_bytes));  // no step is numbered 0
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaMemset(s.chunks_done, 0, chunk_count_bytes));
 
   // Per-layer state.
   for (int il = 0; il < d.n_layer; ++il) {

@@ -1,10 +1,10 @@
 // The mixer half of one layer as phases of a persistent kernel: gated attention (projections;
-// q/k norm + partial NeoX RoPE + KV append and split-key attention in one phase, behind per-head
-// flags; combine + sigmoid gate; output projection) or Gated DeltaNet (projections, causal conv +
-// L2 norms, delta rule, gated RMSNorm + output projection), each ending in the residual add. Phase
-// p reads what phases < p wrote, and the heads its own flags publish; the caller puts a grid
-// barrier (megakernel) or a kernel boundary (per-op mode) between phases.
-// C++17, device only.
+// q/k norm + partial NeoX RoPE + KV append, split-key attention and the chunk merge + sigmoid gate
+// in one phase, behind per-head flags and per-head chunk counters; output projection) or Gated
+// DeltaNet (projections, causal conv + L2 norms, delta rule, gated RMSNorm + output projection),
+// each ending in the residual add. Phase p reads what phases < p wrote, and the heads and chunks
+// its own flags and counters publish; the caller puts a grid barrier (megakernel) or a kernel
+// boundary (per-op mode) between phases. C++17, device only.
 #pragma once
 
 #include <cuda/atomic>
@@ -13,7 +13,7 @@
 
 namespace tandem::megakernel {
 
-inline constexpr int kAttentionPhases = 4;
+inline constexpr int kAttentionPhases = 3;
 inline constexpr int kDeltaNetPhases = 4;
 inline constexpr int kMaxHeadDim = 256;       // attention head_dim (checked on the host)
 inline constexpr int kMaxConvKernel = 8;      // DeltaNet conv taps (checked on the host)
@@ -112,11 +112,21 @@ __device__ __forceinline__ void PublishHead(uint32_t* flag, uint32_t seq) {
                                                                      cuda::memory_order_release);
 }
 
-// Every lane waits (acquire, device scope) until the head's flag holds this step's number.
-__device__ __forceinline__ void WaitHead(uint32_t* flag, uint32_t seq) {
-  cuda::atomic_ref<uint32_t, cuda::thread_scope_device> f(*flag);
-  while (f.load(cuda::memory_order_acquire) != seq) {
+// Lane 0 waits (acquire, device scope) until *word == want (a head's flag holding this step's
+// number, a head's chunk count), backing off between loads, and the warp barrier then orders the
+// other lanes' reads after it. A merging warp may wait for most of the phase: 32 lanes loading
+// without pause slowed the key and value streams of the other warps (qwen3-30b-a3b at 16k keys,
+// 2026-11-30).
+__device__ __forceinline__ void WaitCount(uint32_t* word, uint32_t want) {
+  if (Lane() == 0) {
+    cuda::atomic_ref<uint32_t, cuda::thread_scope_device> w(*word);
+    while (w.load(cuda::memory_order_acquire) != want) {
+#if __CUDA_ARCH__ >= 700
+      __nanosleep(64);
+#endif
+    }
   }
+  __syncwarp();
 }
 
 // The keys of this step that a chunk [k0, k1) of row r sees: wait for their (and their values')
@@ -125,8 +135,28 @@ __device__ __forceinline__ void WaitNewKeys(const MixerArgs& A, int r, int g, in
   const int first = A.in->first_pos;
   const int last_row = min(r, k1 - 1 - first);
   for (int rr = max(0, k0 - first); rr <= last_row; ++rr) {
-    WaitHead(HeadFlag(A, rr, A.dims.n_head + g), A.in->seq);
+    WaitCount(HeadFlag(A, rr, A.dims.n_head + g), A.in->seq);
   }
+}
+
+// The merge of a (row, head)'s key chunks runs in the attention phase too, not in a phase of its
+// own (that phase and its barrier cost 5.8 us per attention layer on qwen3-30b-a3b at 512 keys,
+// 2026-11-30): each warp that writes a chunk's partials then adds one to the head's counter with a
+// release increment, and the merging warps (the grid's last, which at short contexts have no
+// chunk to score) wait for the count with acquire loads. A warp finishes its chunks before it
+// merges, so these waits end too.
+__device__ __forceinline__ uint32_t* ChunksDone(const MixerArgs& A, int row, int head) {
+  return A.s.chunks_done + row * A.dims.n_head + head;
+}
+
+// After the warp's partials of heads [h0, h0 + n) of row r (n ≤ 32): lane i's release increment
+// for head h0 + i, all at once. Lane 0 making them one after another cost a device-scope fence
+// and a round trip each, eight per team item (qwen3-30b-a3b at 16k keys, 2026-11-30).
+__device__ __forceinline__ void PublishChunks(const MixerArgs& A, int r, int h0, int n) {
+  __syncwarp();
+  if (Lane() >= n) return;
+  cuda::atomic_ref<uint32_t, cuda::thread_scope_device>(*ChunksDone(A, r, h0 + Lane()))
+      .fetch_add(1, cuda::memory_order_release);
 }
 
 // The step's heads: q/k RMSNorm and RoPE in place, k and v appended to the caches, each head's
@@ -195,7 +225,7 @@ __device__ void AttentionHeadPartials(const MixerArgs& A, const AttentionSplit& 
     // The query, once published, staged in this warp's shared memory (see NormRopeHeads).
     float* q_smem = reinterpret_cast<float*>(smem + Warp() * kAttentionBytesPerWarp);
     {
-      WaitHead(HeadFlag(A, r, h), A.in->seq);
+      WaitCount(HeadFlag(A, r, h), A.in->seq);
       const float* q = A.s.proj + static_cast<int64_t>(r) * A.s.proj_stride + h * q_stride;
       __syncwarp();  // the previous item's reads are done
       for (int i = Lane(); i < hd; i += 32) q_smem[i] = __ldcg(q + i);
@@ -265,6 +295,7 @@ __device__ void AttentionHeadPartials(const MixerArgs& A, const AttentionSplit& 
     for (int t = 0; t < PL; ++t) {
       if (t < per_lane) part[kAttnPartHeader + Lane() + 32 * t] = o[t];
     }
+    PublishChunks(A, r, h, 1);
   }
 }
 
@@ -301,7 +332,7 @@ __device__ void AttentionTeamPartials(const MixerArgs& A, const AttentionSplit& 
     const int n_keys = A.in->first_pos + r + 1;
     const int k0 = c * S.chunk, k1 = min(n_keys, k0 + S.chunk);
     {
-      for (int h = 0; h < n_heads; ++h) WaitHead(HeadFlag(A, r, h0 + h), A.in->seq);
+      for (int h = 0; h < n_heads; ++h) WaitCount(HeadFlag(A, r, h0 + h), A.in->seq);
       const float* q = A.s.proj + static_cast<int64_t>(r) * A.s.proj_stride + h0 * q_stride;
       __syncwarp();  // the previous item's reads are done
       // Heads past the group's end (when kHeads does not divide it) score zero queries; their
@@ -398,6 +429,7 @@ __device__ void AttentionTeamPartials(const MixerArgs& A, const AttentionSplit& 
         if (t < per_lane) part[kAttnPartHeader + Lane() + 32 * t] = o[h][t];
       }
     }
+    PublishChunks(A, r, h0, n_heads);
   }
 }
 
@@ -438,10 +470,11 @@ __device__ __forceinline__ float TransposeSum32(float (&v)[32]) {
   return v[0];
 }
 
-// Attention phase 2: merge the chunks of each (row, head), apply the sigmoid output gate. A warp
-// per (row, head, 32 head dimensions); each lane merges chunks lane, lane + 32, ... with its own
-// running max (all loads of a round independent), then the warp merges its lanes. Before, each
-// lane walked all chunks of one dimension in order: a round trip per 8 chunks.
+// The end of attention phase 1: merge the chunks of each (row, head), apply the sigmoid output
+// gate. A warp per (row, head, 32 head dimensions), counted from the grid's last warp, waits for
+// the head's chunk count (see ChunksDone); each lane merges chunks lane, lane + 32, ... with its
+// own running max (all loads of a round independent), then the warp merges its lanes. Partials
+// are read through L2 (ld.global.cg), as the queries are.
 __device__ void AttentionCombine(const MixerArgs& A) {
   const ModelDims& D = A.dims;
   const int B = A.in->n_rows, hd = D.head_dim, nh = D.n_head;
@@ -449,8 +482,9 @@ __device__ void AttentionCombine(const MixerArgs& A) {
   const int n_chunks = SplitAttention(A).n_chunks;
   const int part_len = kAttnPartHeader + hd;
   const int parts = hd / 32;
-  for (int it = GlobalWarp(); it < B * nh * parts; it += GridWarps()) {
+  for (int it = GridWarps() - 1 - GlobalWarp(); it < B * nh * parts; it += GridWarps()) {
     const int part = it % parts, h = (it / parts) % nh, r = it / (parts * nh);
+    WaitCount(ChunksDone(A, r, h), static_cast<uint32_t>(n_chunks));
     const float* chunks =
         A.s.attn_part + (static_cast<int64_t>(r) * nh + h) * A.s.n_chunks_max * part_len;
     float m = -INFINITY, l = 0, acc[32];
@@ -458,11 +492,11 @@ __device__ void AttentionCombine(const MixerArgs& A) {
     for (int i = 0; i < 32; ++i) acc[i] = 0;
     for (int c = Lane(); c < n_chunks; c += 32) {
       const float* p = chunks + static_cast<int64_t>(c) * part_len;
-      const float mc = p[0], lc = p[1];
+      const float mc = __ldcg(p), lc = __ldcg(p + 1);
       const float4* o4 = reinterpret_cast<const float4*>(p + kAttnPartHeader + 32 * part);
       float4 o[8];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) o[i] = o4[i];
+      for (int i = 0; i < 8; ++i) o[i] = __ldcg(o4 + i);
       if (lc > 0) {  // a chunk past this row's keys has none
         const float m_new = fmaxf(m, mc);
         const float keep = expf(m - m_new), add = expf(mc - m_new);
@@ -491,11 +525,16 @@ __device__ void AttentionCombine(const MixerArgs& A) {
   }
 }
 
-// Attention phase 3: output projection added to the residual.
+// Attention phase 2: output projection added to the residual. Every merge of phase 1 is done, so
+// the chunk counters are zeroed here for the next attention layer.
 template <int R>
 __device__ void AttentionOutput(const MixerArgs& A, uint8_t* smem) {
   const ModelDims& D = A.dims;
   const int B = A.in->n_rows, cols = D.n_head * D.head_dim;
+  for (int i = blockIdx.x * kBlockThreads + threadIdx.x; i < B * D.n_head;
+       i += gridDim.x * kBlockThreads) {
+    A.s.chunks_done[i] = 0;
+  }
   uint8_t* cursor = smem;
   float* unused;
   ActSet a = CarveActs(cursor, B, cols, false, &unused);
@@ -641,11 +680,9 @@ __device__ void MixerPhase(const MixerArgs& A, int phase, uint8_t* smem) {
       case 0: MixerProjections<R>(A, smem); break;
       case 1:
         AttentionPartials(A, smem);
-        break;
-      case 2:
         AttentionCombine(A);
         break;
-      case 3:
+      case 2:
         AttentionOutput<R>(A, smem);
         break;
     }

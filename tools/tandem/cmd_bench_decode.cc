@@ -76,7 +76,7 @@ absl::Status PhaseTimeline(megakernel::GpuRunner& gpu, const model::HParams& hp,
                            std::mt19937& rng, nlohmann::json* out) {
   using megakernel::kTimelineSlots;
   static const char* const kNames[3][kTimelineSlots] = {
-      {"projections", "attention", "combine_gate", "out_proj"},
+      {"projections", "attention_merge", "out_proj"},
       {"projections", "conv_l2", "delta_rule", "gated_norm_out"},
       {"router", "route_gate_up", "down", "combine"}};
   static const char* const kKinds[3] = {"attention", "deltanet", "moe"};
