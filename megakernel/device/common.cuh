@@ -51,7 +51,6 @@ __device__ __forceinline__ void LoadWords(const uint8_t* p, uint32_t (&w)[N]) {
   for (int i = 0; i < N; ++i) w[i] = __funnelshift_r(a[i], a[i + 1], shift);
 }
 
-
 // Σ of 16 int8 products: four words of weights against 16 activation bytes (16-byte aligned).
 __device__ __forceinline__ int Dot16(const uint32_t* v, const int8_t* x) {
   const int4 a = *reinterpret_cast<const int4*>(x);
