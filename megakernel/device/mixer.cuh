@@ -201,6 +201,58 @@ __device__ void NormRopeHeads(const MixerArgs& A) {
   }
 }
 
+// Waits for query heads [h0, h0 + n) of row r (see NormRopeHeads), then stages them in this
+// warp's shared memory, head i at q_smem + i * stride; slots n .. slots - 1 are zeroed (a team
+// whose group ends early scores zero queries there, and their results are not written).
+__device__ __forceinline__ void StageQueries(const MixerArgs& A, int r, int h0, int n, int slots,
+                                             int stride, float* q_smem) {
+  const int hd = A.dims.head_dim;
+  const int q_stride = A.dims.gated_attention ? 2 * hd : hd;
+  for (int h = 0; h < n; ++h) WaitCount(HeadFlag(A, r, h0 + h), A.in->seq);
+  const float* q = A.s.proj + static_cast<int64_t>(r) * A.s.proj_stride + h0 * q_stride;
+  __syncwarp();  // the previous item's reads are done
+  for (int h = 0; h < slots; ++h) {
+    for (int i = Lane(); i < hd; i += 32) {
+      q_smem[h * stride + i] = h < n ? __ldcg(q + h * q_stride + i) : 0.0f;
+    }
+  }
+  __syncwarp();
+}
+
+// Value rows j0 + jj0 .. j0 + jj0 + kBatch - 1 of a 32-key step with n keys, lanes over head
+// dimensions (PL a lane, per_lane of them real), all loads before any use: one round trip per
+// batch instead of one per key (a loop of dependent round trips cost 33 us per layer at 512 keys,
+// phase timeline 2026-11-29). Keys past the step load its last key again (a valid row); the
+// caller weighs them with 0.
+template <int kBatch, int PL>
+__device__ __forceinline__ void LoadValueRows(const float* v_base, int kv_dim, int j0, int jj0,
+                                              int n, int per_lane, float (&vb)[kBatch][PL]) {
+#pragma unroll
+  for (int b = 0; b < kBatch; ++b) {
+    const float* vj = v_base + static_cast<int64_t>(j0 + min(jj0 + b, n - 1)) * kv_dim;
+#pragma unroll
+    for (int t = 0; t < PL; ++t) vb[b][t] = t < per_lane ? vj[Lane() + 32 * t] : 0.0f;
+  }
+}
+
+// Chunk c's partial of (row r, head h): max m, sum l (lane 0), the unnormalised output o.
+template <int PL>
+__device__ __forceinline__ void WritePartial(const MixerArgs& A, int r, int h, int c, float m,
+                                             float l, const float (&o)[PL]) {
+  const int hd = A.dims.head_dim, per_lane = hd / 32;
+  float* part =
+      A.s.attn_part + ((static_cast<int64_t>(r) * A.dims.n_head + h) * A.s.n_chunks_max + c) *
+                          (kAttnPartHeader + hd);
+  if (Lane() == 0) {
+    part[0] = m;
+    part[1] = l;
+  }
+#pragma unroll
+  for (int t = 0; t < PL; ++t) {
+    if (t < per_lane) part[kAttnPartHeader + Lane() + 32 * t] = o[t];
+  }
+}
+
 // Attention phase 1, short contexts (teams of one head): one warp per (row, head, key chunk):
 // online softmax over the chunk's keys, writing (max, sum, unnormalised output) to the partials.
 // Keys go 32 at a time: each lane scores one key with independent 16-byte loads (no dependent round
@@ -210,9 +262,7 @@ template <int PL>
 __device__ void AttentionHeadPartials(const MixerArgs& A, const AttentionSplit& S, uint8_t* smem) {
   const ModelDims& D = A.dims;
   const int B = A.in->n_rows, hd = D.head_dim, nh = D.n_head;
-  const int q_stride = D.gated_attention ? 2 * hd : hd;
   const int group = nh / D.n_head_kv;
-  const int part_len = kAttnPartHeader + hd;
   const int chunk = S.chunk, n_chunks = S.n_chunks;
   const float scale = 1.0f / sqrtf(static_cast<float>(hd));
   const int per_lane = hd / 32;
@@ -222,15 +272,8 @@ __device__ void AttentionHeadPartials(const MixerArgs& A, const AttentionSplit& 
     const int n_keys = A.in->first_pos + r + 1;
     const int k0 = c * chunk, k1 = min(n_keys, k0 + chunk);
     const int g = h / group;
-    // The query, once published, staged in this warp's shared memory (see NormRopeHeads).
     float* q_smem = reinterpret_cast<float*>(smem + Warp() * kAttentionBytesPerWarp);
-    {
-      WaitCount(HeadFlag(A, r, h), A.in->seq);
-      const float* q = A.s.proj + static_cast<int64_t>(r) * A.s.proj_stride + h * q_stride;
-      __syncwarp();  // the previous item's reads are done
-      for (int i = Lane(); i < hd; i += 32) q_smem[i] = __ldcg(q + i);
-      __syncwarp();
-    }
+    StageQueries(A, r, h, 1, 1, hd, q_smem);
     const float4* q4 = reinterpret_cast<const float4*>(q_smem);
     WaitNewKeys(A, r, g, k0, k1);
     const float* k_base = A.att.k_cache + g * hd;
@@ -259,21 +302,13 @@ __device__ void AttentionHeadPartials(const MixerArgs& A, const AttentionSplit& 
       l = l * corr + WarpSum(p);
 #pragma unroll
       for (int t = 0; t < PL; ++t) o[t] *= corr;
-      // The value rows go kValueBatch at a time, all loads before any use: one round trip per
-      // batch instead of one per key (a loop of dependent round trips cost 33 us per layer at
-      // 512 keys, phase timeline 2026-11-29). Keys past the chunk load the last key again
-      // (a valid row) with p = 0; the sum runs in key order as before. With the accumulators
-      // sized by PL, a batch of 64 floats a lane fits: 16 keys for head_dim ≤ 128.
+      // Value rows kValueBatch at a time (LoadValueRows); the sum runs in key order. With the
+      // accumulators sized by PL, a batch of 64 floats a lane fits: 16 keys for head_dim ≤ 128.
       const int n = min(32, k1 - j0);
       constexpr int kValueBatch = 64 / PL < 16 ? 64 / PL : 16;
       for (int jj0 = 0; jj0 < n; jj0 += kValueBatch) {
         float vb[kValueBatch][PL];
-#pragma unroll
-        for (int b = 0; b < kValueBatch; ++b) {
-          const float* vj = v_base + static_cast<int64_t>(j0 + min(jj0 + b, n - 1)) * kv_dim;
-#pragma unroll
-          for (int t = 0; t < PL; ++t) vb[b][t] = t < per_lane ? vj[Lane() + 32 * t] : 0.0f;
-        }
+        LoadValueRows(v_base, kv_dim, j0, jj0, n, per_lane, vb);
 #pragma unroll
         for (int b = 0; b < kValueBatch; ++b) {
           const float pj = __shfl_sync(kFullMask, p, jj0 + b);  // 0 past the chunk's keys
@@ -285,16 +320,7 @@ __device__ void AttentionHeadPartials(const MixerArgs& A, const AttentionSplit& 
       }
       m = m_new;
     }
-    float* part =
-        A.s.attn_part + ((static_cast<int64_t>(r) * nh + h) * A.s.n_chunks_max + c) * part_len;
-    if (Lane() == 0) {
-      part[0] = m;
-      part[1] = l;
-    }
-#pragma unroll
-    for (int t = 0; t < PL; ++t) {
-      if (t < per_lane) part[kAttnPartHeader + Lane() + 32 * t] = o[t];
-    }
+    WritePartial(A, r, h, c, m, l, o);
     PublishChunks(A, r, h, 1);
   }
 }
@@ -315,12 +341,10 @@ __device__ void AttentionTeamPartials(const MixerArgs& A, const AttentionSplit& 
   static_assert(kHeads * kStride * 4 <= kAttentionBytesPerWarp, "");
   const ModelDims& D = A.dims;
   const int B = A.in->n_rows, hd = D.head_dim, nh = D.n_head, n_kv = D.n_head_kv;
-  const int q_stride = D.gated_attention ? 2 * hd : hd;
   const int group = nh / n_kv;
   const float scale = 1.0f / sqrtf(static_cast<float>(hd));
   const int per_lane = hd / 32;
   const int kv_dim = D.kv_dim();
-  const int part_len = kAttnPartHeader + hd;
   float* q_smem = reinterpret_cast<float*>(smem + Warp() * kAttentionBytesPerWarp);
   for (int it = GlobalWarp(); it < B * n_kv * S.teams * S.n_chunks; it += GridWarps()) {
     const int c = it % S.n_chunks;
@@ -331,18 +355,7 @@ __device__ void AttentionTeamPartials(const MixerArgs& A, const AttentionSplit& 
     const int n_heads = min(S.heads, group - team * S.heads);  // warp-uniform
     const int n_keys = A.in->first_pos + r + 1;
     const int k0 = c * S.chunk, k1 = min(n_keys, k0 + S.chunk);
-    {
-      for (int h = 0; h < n_heads; ++h) WaitCount(HeadFlag(A, r, h0 + h), A.in->seq);
-      const float* q = A.s.proj + static_cast<int64_t>(r) * A.s.proj_stride + h0 * q_stride;
-      __syncwarp();  // the previous item's reads are done
-      // Heads past the group's end (when kHeads does not divide it) score zero queries; their
-      // results are not written.
-      for (int h = 0; h < kHeads; ++h) {
-        for (int i = Lane(); i < hd; i += 32)
-          q_smem[h * kStride + i] = h < n_heads ? __ldcg(q + h * q_stride + i) : 0.0f;
-      }
-      __syncwarp();
-    }
+    StageQueries(A, r, h0, n_heads, kHeads, kStride, q_smem);
     WaitNewKeys(A, r, g, k0, k1);
     const float* k_base = A.att.k_cache + g * hd;
     const float* v_base = A.att.v_cache + g * hd;
@@ -389,18 +402,13 @@ __device__ void AttentionTeamPartials(const MixerArgs& A, const AttentionSplit& 
 #pragma unroll
         for (int t = 0; t < PL; ++t) o[h][t] *= corr;
       }
-      // Value rows four keys at a time, all loads before any use (see AttentionHeadPartials).
+      // Value rows four keys at a time (LoadValueRows).
       const int n = min(32, k1 - j0);
       constexpr int kValueBatch = 4;
 #pragma unroll 1
       for (int jj0 = 0; jj0 < n; jj0 += kValueBatch) {
         float vb[kValueBatch][PL];
-#pragma unroll
-        for (int b = 0; b < kValueBatch; ++b) {
-          const float* vj = v_base + static_cast<int64_t>(j0 + min(jj0 + b, n - 1)) * kv_dim;
-#pragma unroll
-          for (int t = 0; t < PL; ++t) vb[b][t] = t < per_lane ? vj[Lane() + 32 * t] : 0.0f;
-        }
+        LoadValueRows(v_base, kv_dim, j0, jj0, n, per_lane, vb);
 #pragma unroll
         for (int b = 0; b < kValueBatch; ++b) {
 #pragma unroll
@@ -417,17 +425,7 @@ __device__ void AttentionTeamPartials(const MixerArgs& A, const AttentionSplit& 
 #pragma unroll
     for (int h = 0; h < kHeads; ++h) {
       const float l_sum = WarpSum(l[h]);
-      if (h >= n_heads) continue;
-      float* part = A.s.attn_part +
-                    ((static_cast<int64_t>(r) * nh + h0 + h) * A.s.n_chunks_max + c) * part_len;
-      if (Lane() == 0) {
-        part[0] = m[h];
-        part[1] = l_sum;
-      }
-#pragma unroll
-      for (int t = 0; t < PL; ++t) {
-        if (t < per_lane) part[kAttnPartHeader + Lane() + 32 * t] = o[h][t];
-      }
+      if (h < n_heads) WritePartial(A, r, h0 + h, c, m[h], l_sum, o[h]);
     }
     PublishChunks(A, r, h0, n_heads);
   }
