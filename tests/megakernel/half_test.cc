@@ -85,6 +85,54 @@ TEST_P(LayerHalfTest, MatchesTheReferenceOnRandomStates) {
               f32 ? "f32" : "q8_0", worst[0], worst[1]);
 }
 
+// One attention layer of tiny-qwen3moe (f32) to 2,240 keys, 8 rows a call: past 32 chunks per
+// (row, head), so the merge's lanes take chunks in more than one round, and past the point where
+// the team path runs by itself on a large GPU (8 rows × 2 KV heads × 70 key blocks fill half of
+// an H200's 2,112 warps). Every call is diffed against the reference.
+TEST(LongContextAttentionTest, MatchesTheReferencePastThirtyTwoChunks) {
+  if (const std::string why = CudaUnavailableReason(); !why.empty()) {
+    GTEST_SKIP() << "GPU test skipped: " << why;
+  }
+  auto m = model::OpenModel(
+      "synth:tiny-qwen3moe?quant=experts=f32,shexp=f32,dense=f32,embed=f32,output=f32");
+  ASSERT_TRUE(m.ok()) << m.status();
+  const model::HParams& hp = (*m)->hparams();
+  auto ref = reference::ReferenceForward::Create(**m);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  constexpr int kRows = 8, kKeys = 2240, kLayer = 0;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const size_t H = static_cast<size_t>(hp.n_embd);
+  for (bool teams : {false, true}) {
+    RunnerOptions ro;
+    ro.n_ctx = kKeys;
+    ro.force_attention_teams = teams;
+    auto gpu = GpuRunner::Create(**m, ro);
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    reference::SequenceState state = reference::SequenceState::Create(hp, kKeys);
+    double worst = 0;
+    for (int pos = 0; pos < kKeys; pos += kRows) {
+      std::vector<float> x(kRows * H);
+      for (float& v : x) v = normal(rng);
+      std::vector<float> want = x, got;
+      ASSERT_TRUE((*ref)->LayerHalf(kLayer, false, state, pos, kRows, want.data()).ok());
+      ASSERT_TRUE((*gpu)->RunLayerHalf(kLayer, false, x, kRows, pos, &got).ok());
+      double err = 0, norm = 0;
+      for (size_t i = 0; i < x.size(); ++i) {
+        ASSERT_TRUE(std::isfinite(got[i])) << "row value " << i;
+        const double w = static_cast<double>(want[i]) - x[i];
+        const double g = static_cast<double>(got[i]) - x[i];
+        err += (g - w) * (g - w);
+        norm += w * w;
+      }
+      const double e = std::sqrt(err / norm);
+      worst = std::max(worst, e);
+      ASSERT_LT(e, 1e-4) << "keys " << pos + kRows << (teams ? " teams" : "");
+    }
+    std::printf("[long context%s] normalised error, worst: %.2e\n", teams ? ", teams" : "", worst);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Synth, LayerHalfTest,
     ::testing::Combine(::testing::Values("tiny-qwen3moe", "tiny-qwen3next", "tiny-qwen35moe",
