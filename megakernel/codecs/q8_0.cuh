@@ -7,24 +7,33 @@
 
 namespace tandem::megakernel {
 
+// Loads go out kUnroll slices at a time (RowDotWith): a 2,048-column row is two slices a lane, and
+// one slice at a time made a unit two dependent round trips to memory. The quants are read
+// straight from byte 2 of the block (a funnel shift a word), the scale on its own.
 struct CodecQ8_0 {
   static constexpr int kSliceElems = 32;
-  template <int R>
-  __device__ static void Dot(const uint8_t* row, int slice, const ActSet& a, unsigned mask,
-                             int base, float (&acc)[R]) {
-    const uint8_t* blk = row + 34 * slice;
-    uint32_t v[9];
-    LoadWords<9>(blk, v);  // bytes 0..35: d in bytes 0-1, qs in 2..33
-    const float d = HalfBitsToFloat(v[0]);
+  static constexpr int kUnroll = 2;
+  struct Raw {
     uint32_t q[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) q[j] = __funnelshift_r(v[j], v[j + 1], 16);
+    uint32_t d;  // fp16 bits
+  };
+  __device__ static Raw Load(const uint8_t* row, int slice) {
+    const uint8_t* blk = row + 34 * slice;
+    Raw raw;
+    LoadWords<8>(blk + 2, raw.q);
+    raw.d = __ldg(reinterpret_cast<const unsigned short*>(blk));  // blocks are 2-byte aligned
+    return raw;
+  }
+  template <int R>
+  __device__ static void Apply(const Raw& raw, int slice, const ActSet& a, unsigned mask, int base,
+                               float (&acc)[R]) {
+    const float d = HalfBitsToFloat(raw.d);
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       if (!(mask >> r & 1u)) continue;
       const int p = ActRow(mask, base, r);
       const int8_t* xq = a.q + static_cast<int64_t>(p) * a.cols + 32 * slice;
-      const int sum = Dot16(q, xq) + Dot16(q + 4, xq + 16);
+      const int sum = Dot16(raw.q, xq) + Dot16(raw.q + 4, xq + 16);
       acc[r] += a.d[p * (a.cols / 32) + slice] * d * static_cast<float>(sum);
     }
   }
