@@ -77,7 +77,7 @@ absl::Status PhaseTimeline(megakernel::GpuRunner& gpu, const model::HParams& hp,
   using megakernel::kTimelineSlots;
   static const char* const kNames[3][kTimelineSlots] = {
       {"projections", "attention_merge", "out_proj"},
-      {"projections", "conv_l2", "delta_rule", "gated_norm_out"},
+      {"projections", "conv_delta_rule", "gated_norm_out"},
       {"router", "route_gate_up", "down", "combine"}};
   static const char* const kKinds[3] = {"attention", "deltanet", "moe"};
   auto phases_of = [](int kind) {
