@@ -17,9 +17,11 @@ __device__ __forceinline__ void ScaleMinK4Words(uint32_t w0, uint32_t w1, uint32
   const int b0 = static_cast<int>((w0 >> shift) & 0xffu);  // byte j, or j - 4
   const int b1 = static_cast<int>((w1 >> shift) & 0xffu);  // byte j + 4, or j
   const int b2 = static_cast<int>((w2 >> shift) & 0xffu);  // byte j + 4 (j >= 4)
-  const bool high = j >= 4;
-  *scale = high ? (b2 & 0xF) | (b0 >> 6) << 4 : b0 & 63;
-  *min = high ? (b2 >> 4) | (b1 >> 6) << 4 : b1 & 63;
+  // All ones for j >= 4: a bitwise select. The conditional form compiled to a branch (PTX), which
+  // diverges since the lanes of a warp take different slices.
+  const int high = -static_cast<int>(j >= 4);
+  *scale = (((b2 & 0xF) | (b0 >> 6) << 4) & high) | (b0 & 63 & ~high);
+  *min = (((b2 >> 4) | (b1 >> 6) << 4) & high) | (b1 & 63 & ~high);
 }
 
 // Applies the two sub-blocks (lo = weights 0..31, hi = 32..63 of the slice) to the rows.
