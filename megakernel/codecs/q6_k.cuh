@@ -1,7 +1,7 @@
 // Q6_K and Q3_K on the device: one lane takes half a 256-weight block (128 weights: four runs of
 // 32, each two 16-weight sub-blocks with their own signed scale), builds each run as int8 words
 // and applies it to every active row with dp4a. Their 210- and 110-byte blocks are only 2-byte
-// aligned, so words are assembled with LoadWords. C++17, device only.
+// aligned, so words are assembled with LoadWordsWide. C++17, device only.
 #pragma once
 
 #include "megakernel/codecs/act.cuh"
@@ -36,12 +36,12 @@ struct CodecQ6K {
                              int base, float (&acc)[R]) {
     const int b = slice >> 1, h = slice & 1;
     const uint8_t* blk = row + 210 * b;
-    uint32_t ql[16], qh[8], sc[2], dw[1];
-    LoadWords<16>(blk + 64 * h, ql);
-    LoadWords<8>(blk + 128 + 32 * h, qh);
-    LoadWords<2>(blk + 192 + 8 * h, sc);
-    LoadWords<1>(blk + 208, dw);
-    const float d = HalfBitsToFloat(dw[0]);
+    uint32_t ql[16], qh[8], tail[5];  // tail: both halves' scales (2 words each), then d
+    LoadWordsWide<16>(blk + 64 * h, ql);
+    LoadWordsWide<8>(blk + 128 + 32 * h, qh);
+    LoadWordsWide<5>(blk + 192, tail);
+    const uint32_t sc[2] = {h ? tail[2] : tail[0], h ? tail[3] : tail[1]};
+    const float d = HalfBitsToFloat(tail[4]);
 #pragma unroll
     for (int g = 0; g < 4; ++g) {
       // Run g: low nibbles from ql[32·(g%2) + l] (high nibble when g >= 2), top bits from bit
@@ -92,12 +92,12 @@ struct CodecQ3K {
                              int base, float (&acc)[R]) {
     const int b = slice >> 1, h = slice & 1;
     const uint8_t* blk = row + 110 * b;
-    uint32_t hm[8], qs[8], sc[3], dw[1];
-    LoadWords<8>(blk, hm);
-    LoadWords<8>(blk + 32 + 32 * h, qs);
-    LoadWords<3>(blk + 96, sc);
-    LoadWords<1>(blk + 108, dw);
-    const float d = HalfBitsToFloat(dw[0]);
+    uint32_t hm[8], qs[8], tail[4];  // tail: the 12 scale bytes, then d
+    LoadWordsWide<8>(blk, hm);
+    LoadWordsWide<8>(blk + 32 + 32 * h, qs);
+    LoadWordsWide<4>(blk + 96, tail);
+    const uint32_t sc[3] = {tail[0], tail[1], tail[2]};
+    const float d = HalfBitsToFloat(tail[3]);
     uint32_t s03, s47;
     Q3KHalfScales(sc, h, &s03, &s47);
 #pragma unroll

@@ -51,6 +51,39 @@ __device__ __forceinline__ void LoadWords(const uint8_t* p, uint32_t (&w)[N]) {
   for (int i = 0; i < N; ++i) w[i] = __funnelshift_r(a[i], a[i + 1], shift);
 }
 
+// The same words read as the 16-byte-aligned chunks that cover them: a third of the load
+// instructions of LoadWords. Each lane of a warp reads its own block, so every load instruction
+// touches a line per block. The chunks are shifted into place by the address's word offset (two
+// selects a word, no branch) and byte offset (a funnel shift). Reads up to 31 bytes past the last
+// word; device weight buffers carry kAllocationSlack (64) bytes of slack. Measured on the H200
+// (session 10): the 256 MiB lab's Q6_K 0.35 -> 0.42 and Q3_K 0.23 -> 0.26 of copy; Q8_0 (34-byte
+// blocks, 8 words) measured no gain end to end and keeps LoadWords.
+template <int N>
+__device__ __forceinline__ void LoadWordsWide(const uint8_t* p, uint32_t (&w)[N]) {
+  constexpr int kChunks = (4 * N + 15 + 15) / 16;  // covers byte offsets 0..15 of the first
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(p);
+  const uint4* base = reinterpret_cast<const uint4*>(addr & ~uintptr_t{15});
+  const unsigned word = static_cast<unsigned>(addr >> 2) & 3u;
+  const unsigned shift = 8u * static_cast<unsigned>(addr & 3);
+  uint32_t a[4 * kChunks];
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    const uint4 v = __ldg(base + c);
+    a[4 * c] = v.x;
+    a[4 * c + 1] = v.y;
+    a[4 * c + 2] = v.z;
+    a[4 * c + 3] = v.w;
+  }
+  // b[i] = a[i + (word & 2)], c[i] = a[i + word]; the largest index read, N + 3, is in range.
+  uint32_t b[N + 2], c[N + 1];
+#pragma unroll
+  for (int i = 0; i < N + 2; ++i) b[i] = (word & 2u) ? a[i + 2] : a[i];
+#pragma unroll
+  for (int i = 0; i < N + 1; ++i) c[i] = (word & 1u) ? b[i + 1] : b[i];
+#pragma unroll
+  for (int i = 0; i < N; ++i) w[i] = __funnelshift_r(c[i], c[i + 1], shift);
+}
+
 // Σ of 16 int8 products: four words of weights against 16 activation bytes (16-byte aligned).
 __device__ __forceinline__ int Dot16(const uint32_t* v, const int8_t* x) {
   const int4 a = *reinterpret_cast<const int4*>(x);
