@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <random>
 #include <tuple>
+#include <vector>
 
 #include "megakernel/runner.h"
 #include "runtime/model/model.h"
@@ -21,6 +22,21 @@ namespace tandem::megakernel {
 namespace {
 
 class LayerHalfTest : public ::testing::TestWithParam<std::tuple<std::string, bool>> {};
+
+// ‖got − want‖ / ‖want − x‖ over the half's contribution (output minus input rows); infinity
+// when the GPU wrote a non-finite value.
+double NormalisedUpdateError(const std::vector<float>& x, const std::vector<float>& want,
+                             const std::vector<float>& got) {
+  double err = 0, norm = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (!std::isfinite(got[i])) return INFINITY;
+    const double w = static_cast<double>(want[i]) - x[i];
+    const double g = static_cast<double>(got[i]) - x[i];
+    err += (g - w) * (g - w);
+    norm += w * w;
+  }
+  return std::sqrt(err / norm);
+}
 
 TEST_P(LayerHalfTest, MatchesTheReferenceOnRandomStates) {
   if (const std::string why = CudaUnavailableReason(); !why.empty()) {
@@ -64,15 +80,8 @@ TEST_P(LayerHalfTest, MatchesTheReferenceOnRandomStates) {
             std::vector<float> want = x, got;
             ASSERT_TRUE((*ref)->LayerHalf(layer, moe, state, pos, rows, want.data()).ok());
             ASSERT_TRUE((*gpu)->RunLayerHalf(layer, moe, x, rows, pos, &got).ok());
-            double err = 0, norm = 0;
-            for (size_t i = 0; i < x.size(); ++i) {
-              const double w = static_cast<double>(want[i]) - x[i];
-              const double g = static_cast<double>(got[i]) - x[i];
-              ASSERT_TRUE(std::isfinite(got[i])) << "row value " << i;
-              err += (g - w) * (g - w);
-              norm += w * w;
-            }
-            const double e = std::sqrt(err / norm);
+            const double e = NormalisedUpdateError(x, want, got);
+            ASSERT_TRUE(std::isfinite(e)) << "non-finite output, " << spec << " layer " << layer;
             worst[moe] = std::max(worst[moe], e);
             EXPECT_LT(e, bound) << spec << " layer " << layer << (moe ? " moe" : " mixer")
                                 << " rows " << rows << " call " << call << (teams ? " teams" : "");
@@ -117,15 +126,7 @@ TEST(LongContextAttentionTest, MatchesTheReferencePastThirtyTwoChunks) {
       std::vector<float> want = x, got;
       ASSERT_TRUE((*ref)->LayerHalf(kLayer, false, state, pos, kRows, want.data()).ok());
       ASSERT_TRUE((*gpu)->RunLayerHalf(kLayer, false, x, kRows, pos, &got).ok());
-      double err = 0, norm = 0;
-      for (size_t i = 0; i < x.size(); ++i) {
-        ASSERT_TRUE(std::isfinite(got[i])) << "row value " << i;
-        const double w = static_cast<double>(want[i]) - x[i];
-        const double g = static_cast<double>(got[i]) - x[i];
-        err += (g - w) * (g - w);
-        norm += w * w;
-      }
-      const double e = std::sqrt(err / norm);
+      const double e = NormalisedUpdateError(x, want, got);
       worst = std::max(worst, e);
       ASSERT_LT(e, 1e-4) << "keys " << pos + kRows << (teams ? " teams" : "");
     }
