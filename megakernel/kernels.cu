@@ -198,8 +198,6 @@ int PhaseCount(Half half, bool recurrent) {
 cudaError_t PrepareHalf(Half half, int rows_variant, int64_t smem, int max_blocks_per_sm,
                         LaunchShape* shape) {
   const void* kernel = KernelOf(half, rows_variant);
-  cudaFuncAttributes attributes;
-  if (cudaError_t e = cudaFuncGetAttributes(&attributes, kernel); e != cudaSuccess) return e;
   if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(smem));
       e != cudaSuccess) {

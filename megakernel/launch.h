@@ -24,15 +24,16 @@ struct LaunchShape {
 // Phases of a half (attention and DeltaNet mixers differ).
 int PhaseCount(Half half, bool recurrent);
 
-// Raises the kernel's dynamic shared-memory limit to `smem` and sizes a persistent grid from the
-// occupancy API (every block resident at once, as a cooperative launch requires), at most
-// `max_blocks_per_sm` per multiprocessor. Also forces the module to load now.
+// The most dynamic shared memory a block of this kernel variant may use on the current device:
+// the device's opt-in limit less the kernel's static shared memory. Its attribute query also
+// loads the kernel's module now; the runner calls it for every variant before PrepareHalf.
+cudaError_t MaxDynamicSmem(Half half, int rows_variant, int64_t* bytes);
+
+// Raises the kernel's dynamic shared-memory limit to `smem` (at most MaxDynamicSmem) and sizes a
+// persistent grid from the occupancy API (every block resident at once, as a cooperative launch
+// requires), at most `max_blocks_per_sm` per multiprocessor.
 cudaError_t PrepareHalf(Half half, int rows_variant, int64_t smem, int max_blocks_per_sm,
                         LaunchShape* shape);
-
-// The most dynamic shared memory a block of this kernel variant may use on the current device:
-// the device's opt-in limit less the kernel's static shared memory.
-cudaError_t MaxDynamicSmem(Half half, int rows_variant, int64_t* bytes);
 
 cudaError_t LaunchMixer(const MixerArgs& args, int rows_variant, KernelMode mode,
                         const LaunchShape& shape, cudaStream_t stream);
