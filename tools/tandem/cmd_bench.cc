@@ -132,6 +132,10 @@ nlohmann::json TimeLayer(experts::ExpertPool& pool, const ExpertBank& bank, cons
   int64_t layers = 0;
   int next = 0;
   std::vector<double> round_s, round_stream, round_ratio;
+  // Every layer's own time, so that a case whose rounds spread can be read: a few layers stalled
+  // (a thread descheduled while it held an item) or every layer slow (memory contended).
+  std::vector<double> layer_s;
+  layer_s.reserve(1 << 16);
   for (int round = 0; round < kRounds; ++round) {
     round_stream.push_back(stream.Measure(2));
     int64_t round_layers = 0;
@@ -141,7 +145,9 @@ nlohmann::json TimeLayer(experts::ExpertPool& pool, const ExpertBank& bank, cons
       for (int e = 0; e < n_experts; ++e, next = (next + 1) % n_bank) {
         for (int r = 0; r < rows; ++r) jobs.push_back({r, next, 0.1f});
       }
+      const auto l0 = Clock::now();
       if (!pool.Run(bank.w, jobs, x.data(), rows, out.data()).ok()) std::abort();
+      layer_s.push_back(Seconds(Clock::now() - l0));
       ++round_layers;
     }
     round_s.push_back(Seconds(Clock::now() - t0) / round_layers);
@@ -150,6 +156,11 @@ nlohmann::json TimeLayer(experts::ExpertPool& pool, const ExpertBank& bank, cons
   }
   const double s = Median(round_s), stream_gbps = Median(round_stream);
   const double ratio = Median(round_ratio);
+  std::sort(layer_s.begin(), layer_s.end());
+  const auto layer_quantile = [&](double q) {
+    return layer_s[std::min(layer_s.size() - 1, static_cast<size_t>(q * layer_s.size()))];
+  };
+  const double p50 = layer_quantile(0.5), p90 = layer_quantile(0.9), p99 = layer_quantile(0.99);
   nlohmann::json j;
   j["case"] = name;
   j["type"] = quant::GetTypeInfo(bank.w.gate.type).name;
@@ -163,12 +174,19 @@ nlohmann::json TimeLayer(experts::ExpertPool& pool, const ExpertBank& bank, cons
   j["expert_gbps"] = bytes / s / 1e9;
   j["bandwidth_ratio"] = ratio;  // median over rounds of (round's expert GB/s ÷ its stream GB/s)
   j["bandwidth_ratio_rounds"] = round_ratio;
+  // Single layers (all rounds): the median layer against the median stream figure says what the
+  // pool does when nothing stalls it; the mean above is what a decode step would see.
+  j["layer_us_p50"] = p50 * 1e6;
+  j["layer_us_p90"] = p90 * 1e6;
+  j["layer_us_p99"] = p99 * 1e6;
+  j["layer_us_max"] = layer_s.back() * 1e6;
+  j["bandwidth_ratio_p50_layer"] = bytes / p50 / 1e9 / stream_gbps;
   const auto [lo, hi] = std::minmax_element(round_ratio.begin(), round_ratio.end());
   std::printf(
       "%-28s %-5s experts %2d rows %d: %9.1f us/layer  %6.2f GB/s  %.2f of stream (%.1f GB/s; "
-      "rounds %.2f-%.2f)\n",
+      "rounds %.2f-%.2f; layers p50 %.1f p90 %.1f p99 %.1f max %.1f us)\n",
       name, j["type"].get<std::string>().c_str(), n_experts, rows, s * 1e6, bytes / s / 1e9, ratio,
-      stream_gbps, *lo, *hi);
+      stream_gbps, *lo, *hi, p50 * 1e6, p90 * 1e6, p99 * 1e6, layer_s.back() * 1e6);
   return j;
 }
 
