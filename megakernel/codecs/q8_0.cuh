@@ -21,7 +21,7 @@ struct CodecQ8_0 {
     const uint8_t* blk = row + 34 * slice;
     Raw raw;
     LoadWords<8>(blk + 2, raw.q);
-    raw.d = __ldg(reinterpret_cast<const unsigned short*>(blk));  // blocks are 2-byte aligned
+    raw.d = LoadWeights(reinterpret_cast<const unsigned short*>(blk));  // blocks are 2-byte aligned
     return raw;
   }
   template <int R>
