@@ -7,7 +7,10 @@
 # x 16 bytes: what the instruction cache must hold, docs/perf/megakernel.md). Writes to $OUT:
 # <half>_details.txt (sections, then stall reasons per issued instruction),
 # <half>_source.csv (per-SASS-instruction samples, when this ncu prints a source page) and
-# sass.txt.xz.
+# sass.txt.xz. CACHE=none keeps Nsight Compute from flushing the caches before each replay pass
+# (its default, CACHE=all): a decode launch depends on what the launches before it left in L2
+# (docs/perf/megakernel.md, session 11), which a flush hides; with `none`, later passes see what
+# earlier passes of the same launch left, so compare such profiles only with each other.
 set -uo pipefail
 dir=$1
 skip=${2:-150}
@@ -17,7 +20,8 @@ cuobjdump --dump-resource-usage "$dir/tandem" > "$out/resources.txt" 2>&1
 cuobjdump -sass "$dir/tandem" | xz -6 > "$out/sass.txt.xz"
 for half in Moe Mixer; do
   rep="$out/${half}.ncu-rep"
-  ncu --set full --import-source no --clock-control none --kernel-name-base demangled \
+  ncu --set full --import-source no --clock-control none --cache-control "${CACHE:-all}" \
+    --kernel-name-base demangled \
     --kernel-name "regex:${half}Kernel<\\(int\\)1>" --launch-skip "$skip" --launch-count 1 -f -o "${rep%.ncu-rep}" \
     "$dir/tandem" bench decode --backend cuda -m "${MODEL:-synth:qwen3-30b-a3b}" --contexts 512 --steps 8 \
     > "$out/${half}_run.log" 2>&1 || tail -5 "$out/${half}_run.log"
