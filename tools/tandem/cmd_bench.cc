@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -110,10 +111,12 @@ ExpertBank MakeBank(quant::GgmlType type, int64_t hidden, int64_t n_ff, int n_ex
   return b;
 }
 
-double Median(std::vector<double> v) {
+// The element at fraction q of v in ascending order (q = 0.5: the upper median, 1: the largest).
+double Quantile(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
+  return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
 }
+double Median(std::vector<double> v) { return Quantile(std::move(v), 0.5); }
 
 // One layer of `n_experts` experts, each chosen by all `rows` rows; experts rotate every layer.
 // The case runs in kRounds rounds, each measuring the stream bandwidth (best of 2 passes) and then
@@ -156,11 +159,8 @@ nlohmann::json TimeLayer(experts::ExpertPool& pool, const ExpertBank& bank, cons
   }
   const double s = Median(round_s), stream_gbps = Median(round_stream);
   const double ratio = Median(round_ratio);
-  std::sort(layer_s.begin(), layer_s.end());
-  const auto layer_quantile = [&](double q) {
-    return layer_s[std::min(layer_s.size() - 1, static_cast<size_t>(q * layer_s.size()))];
-  };
-  const double p50 = layer_quantile(0.5), p90 = layer_quantile(0.9), p99 = layer_quantile(0.99);
+  const double p50 = Median(layer_s), p90 = Quantile(layer_s, 0.9), p99 = Quantile(layer_s, 0.99);
+  const double slowest = Quantile(layer_s, 1.0);
   nlohmann::json j;
   j["case"] = name;
   j["type"] = quant::GetTypeInfo(bank.w.gate.type).name;
@@ -179,14 +179,14 @@ nlohmann::json TimeLayer(experts::ExpertPool& pool, const ExpertBank& bank, cons
   j["layer_us_p50"] = p50 * 1e6;
   j["layer_us_p90"] = p90 * 1e6;
   j["layer_us_p99"] = p99 * 1e6;
-  j["layer_us_max"] = layer_s.back() * 1e6;
+  j["layer_us_max"] = slowest * 1e6;
   j["bandwidth_ratio_p50_layer"] = bytes / p50 / 1e9 / stream_gbps;
   const auto [lo, hi] = std::minmax_element(round_ratio.begin(), round_ratio.end());
   std::printf(
       "%-28s %-5s experts %2d rows %d: %9.1f us/layer  %6.2f GB/s  %.2f of stream (%.1f GB/s; "
       "rounds %.2f-%.2f; layers p50 %.1f p90 %.1f p99 %.1f max %.1f us)\n",
       name, j["type"].get<std::string>().c_str(), n_experts, rows, s * 1e6, bytes / s / 1e9, ratio,
-      stream_gbps, *lo, *hi, p50 * 1e6, p90 * 1e6, p99 * 1e6, layer_s.back() * 1e6);
+      stream_gbps, *lo, *hi, p50 * 1e6, p90 * 1e6, p99 * 1e6, slowest * 1e6);
   return j;
 }
 
