@@ -30,7 +30,7 @@ struct CodecF32 {
   static constexpr int kUnroll = 4;
   using Raw = float4;
   __device__ static Raw Load(const uint8_t* row, int slice) {
-    return LoadWeights(reinterpret_cast<const float4*>(row) + slice);
+    return LoadStreaming(reinterpret_cast<const float4*>(row) + slice);
   }
   template <int R>
   __device__ static void Apply(const Raw& w, int slice, const ActSet& a, unsigned mask, int base,
@@ -45,7 +45,7 @@ struct CodecHalf {
   static constexpr int kUnroll = 4;
   using Raw = uint4;
   __device__ static Raw Load(const uint8_t* row, int slice) {
-    return LoadWeights(reinterpret_cast<const uint4*>(row) + slice);
+    return LoadStreaming(reinterpret_cast<const uint4*>(row) + slice);
   }
   template <int R>
   __device__ static void Apply(const Raw& v, int slice, const ActSet& a, unsigned mask, int base,

@@ -32,9 +32,9 @@ struct CodecIQ4XS {
                              int base, float (&acc)[R]) {
     const int b = slice >> 3, j = slice & 7;
     const uint8_t* blk = row + 136 * b;
-    const uint2 hdr = LoadWeights(reinterpret_cast<const uint2*>(blk));
-    const uint2 q0 = LoadWeights(reinterpret_cast<const uint2*>(blk + 8 + 16 * j));
-    const uint2 q1 = LoadWeights(reinterpret_cast<const uint2*>(blk + 16 + 16 * j));
+    const uint2 hdr = LoadStreaming(reinterpret_cast<const uint2*>(blk));
+    const uint2 q0 = LoadStreaming(reinterpret_cast<const uint2*>(blk + 8 + 16 * j));
+    const uint2 q1 = LoadStreaming(reinterpret_cast<const uint2*>(blk + 16 + 16 * j));
     const uint32_t qw[4] = {q0.x, q0.y, q1.x, q1.y};
     uint32_t v[8];
 #pragma unroll

@@ -52,9 +52,9 @@ struct CodecQ4K {
                              int base, float (&acc)[R]) {
     const int b = slice >> 2, pair = slice & 3;
     const uint8_t* blk = row + 144 * b;
-    const uint4 hdr = LoadWeights(reinterpret_cast<const uint4*>(blk));
-    const uint4 q0 = LoadWeights(reinterpret_cast<const uint4*>(blk + 16 + 32 * pair));
-    const uint4 q1 = LoadWeights(reinterpret_cast<const uint4*>(blk + 32 + 32 * pair));
+    const uint4 hdr = LoadStreaming(reinterpret_cast<const uint4*>(blk));
+    const uint4 q0 = LoadStreaming(reinterpret_cast<const uint4*>(blk + 16 + 32 * pair));
+    const uint4 q1 = LoadStreaming(reinterpret_cast<const uint4*>(blk + 32 + 32 * pair));
     const uint32_t qw[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
     uint32_t v_lo[8], v_hi[8];
 #pragma unroll
@@ -78,11 +78,11 @@ struct CodecQ5K {
                              int base, float (&acc)[R]) {
     const int b = slice >> 2, pair = slice & 3;
     const uint8_t* blk = row + 176 * b;
-    const uint4 hdr = LoadWeights(reinterpret_cast<const uint4*>(blk));
-    const uint4 h0 = LoadWeights(reinterpret_cast<const uint4*>(blk + 16));
-    const uint4 h1 = LoadWeights(reinterpret_cast<const uint4*>(blk + 32));
-    const uint4 q0 = LoadWeights(reinterpret_cast<const uint4*>(blk + 48 + 32 * pair));
-    const uint4 q1 = LoadWeights(reinterpret_cast<const uint4*>(blk + 64 + 32 * pair));
+    const uint4 hdr = LoadStreaming(reinterpret_cast<const uint4*>(blk));
+    const uint4 h0 = LoadStreaming(reinterpret_cast<const uint4*>(blk + 16));
+    const uint4 h1 = LoadStreaming(reinterpret_cast<const uint4*>(blk + 32));
+    const uint4 q0 = LoadStreaming(reinterpret_cast<const uint4*>(blk + 48 + 32 * pair));
+    const uint4 q1 = LoadStreaming(reinterpret_cast<const uint4*>(blk + 64 + 32 * pair));
     const uint32_t qw[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
     const uint32_t hw[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
     uint32_t v_lo[8], v_hi[8];

@@ -21,7 +21,8 @@ struct CodecQ8_0 {
     const uint8_t* blk = row + 34 * slice;
     Raw raw;
     LoadWords<8>(blk + 2, raw.q);
-    raw.d = LoadWeights(reinterpret_cast<const unsigned short*>(blk));  // blocks are 2-byte aligned
+    // Blocks are 2-byte aligned, so the scale is one 16-bit load.
+    raw.d = LoadStreaming(reinterpret_cast<const unsigned short*>(blk));
     return raw;
   }
   template <int R>

@@ -36,15 +36,16 @@ __device__ __forceinline__ float HalfBitsToFloat(uint32_t bits16) {
 __device__ __forceinline__ float Silu(float x) { return x / (1.0f + expf(-x)); }
 __device__ __forceinline__ float Sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-// Weight loads, as "cache streaming" (ld.global.cs: lines allocated evict-first in L1 and L2).
-// Each weight byte is read once per token, and the ~2 GB a token streams through the 50 MB L2
-// otherwise pushed out what is reused within and between launches (the kernels' code, the
-// residual and projected rows, the route tables), which then came back from memory: every phase
-// of both layer halves shortened with this, +11% / +10% tok/s on the H200 (session 11,
+// Loads of data read once per step: the weights, and the KV cache in the attention team path.
+// They are "cache streaming" (ld.global.cs: lines allocated evict-first in L1 and L2). The ~2 GB
+// of weights a token streams through the 50 MB L2 otherwise pushed out what is reused within and
+// between launches (the kernels' code, the residual and projected rows, the route tables), which
+// then came back from memory: every phase of both layer halves shortened with this, +11% / +10%
+// tok/s on the H200, and the KV cache read the same way +14% / +4% at 16k keys (session 11,
 // docs/perf/megakernel.md). An L2-only evict-first hint (createpolicy) and a 128-byte L2 fetch
 // measured the same.
 template <class T>
-__device__ __forceinline__ T LoadWeights(const T* p) {
+__device__ __forceinline__ T LoadStreaming(const T* p) {
   return __ldcs(p);
 }
 
@@ -58,7 +59,7 @@ __device__ __forceinline__ void LoadWords(const uint8_t* p, uint32_t (&w)[N]) {
   const unsigned shift = 8u * static_cast<unsigned>(addr & 3);
   uint32_t a[N + 1];
 #pragma unroll
-  for (int i = 0; i < N + 1; ++i) a[i] = LoadWeights(base + i);
+  for (int i = 0; i < N + 1; ++i) a[i] = LoadStreaming(base + i);
 #pragma unroll
   for (int i = 0; i < N; ++i) w[i] = __funnelshift_r(a[i], a[i + 1], shift);
 }
@@ -80,7 +81,7 @@ __device__ __forceinline__ void LoadWordsWide(const uint8_t* p, uint32_t (&w)[N]
   uint32_t a[4 * kChunks];
 #pragma unroll
   for (int c = 0; c < kChunks; ++c) {
-    const uint4 v = LoadWeights(base + c);
+    const uint4 v = LoadStreaming(base + c);
     a[4 * c] = v.x;
     a[4 * c + 1] = v.y;
     a[4 * c + 2] = v.z;

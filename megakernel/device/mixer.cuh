@@ -224,8 +224,8 @@ __device__ __forceinline__ void StageQueries(const MixerArgs& A, int r, int h0, 
 // dimensions (PL a lane, per_lane of them real), all loads before any use: one round trip per
 // batch instead of one per key (a loop of dependent round trips cost 33 us per layer at 512 keys,
 // phase timeline 2026-11-29). Keys past the step load its last key again (a valid row); the
-// caller weighs them with 0. kStream: the rows are read once per step (the team path), so their
-// lines are allocated evict-first (ld.global.cs), as weights are (LoadWeights).
+// caller weighs them with 0. kStream: the rows are read once per step (the team path), so they
+// are loaded as streaming (LoadStreaming).
 template <int kBatch, int PL, bool kStream = false>
 __device__ __forceinline__ void LoadValueRows(const float* v_base, int kv_dim, int j0, int jj0,
                                               int n, int per_lane, float (&vb)[kBatch][PL]) {
@@ -235,7 +235,7 @@ __device__ __forceinline__ void LoadValueRows(const float* v_base, int kv_dim, i
 #pragma unroll
     for (int t = 0; t < PL; ++t) {
       const float* at = vj + Lane() + 32 * t;
-      vb[b][t] = t < per_lane ? (kStream ? __ldcs(at) : *at) : 0.0f;
+      vb[b][t] = t < per_lane ? (kStream ? LoadStreaming(at) : *at) : 0.0f;
     }
   }
 }
@@ -384,7 +384,7 @@ __device__ void AttentionTeamPartials(const MixerArgs& A, const AttentionSplit& 
         for (int d0 = 0; d0 < hd / 4; d0 += kKeyBatch) {
           float4 a[kKeyBatch];
 #pragma unroll
-          for (int i = 0; i < kKeyBatch; ++i) a[i] = __ldcs(k4 + d0 + i);
+          for (int i = 0; i < kKeyBatch; ++i) a[i] = LoadStreaming(k4 + d0 + i);
 #pragma unroll
           for (int h = 0; h < kHeads; ++h) {
             const float4* q4 = reinterpret_cast<const float4*>(q_smem + h * kStride) + d0;
