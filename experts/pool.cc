@@ -63,13 +63,6 @@ constexpr int kMaxSlice = 128;
 constexpr int kItemsPerThread = 3;
 constexpr int kPhases = 5;  // X, A, Q, B, C (file comment)
 
-// Spins until a completion counter (std::atomic or std::atomic_ref) reaches target; the acquire
-// load pairs with the counted items' release increments.
-template <typename Counter>
-void WaitUntil(const Counter& counter, uint32_t target) {
-  while (counter.load(std::memory_order_acquire) < target) _mm_pause();
-}
-
 int SliceFor(int64_t work_rows, int threads) {
   int slice = kMinSlice;
   while (slice < kMaxSlice && work_rows / (2 * slice) >= int64_t{threads} * kItemsPerThread) {
@@ -213,13 +206,10 @@ absl::StatusOr<ExpertWeights> ExpertWeights::FromTensors(const format::TensorInf
 
 namespace {
 
-// A claim list: items taken in order, as up to three ranges of item numbers. The ranges are
-// written by the caller before it stores the list's word for a new epoch (release). They live on
-// their own cache line: idle workers spin on the X list's word, and each of the caller's writes to
-// a line they spin on would pull it back from every one of them (docs/perf/experts.md, session 6).
-struct ClaimList {
-  alignas(64) std::atomic<uint64_t> word{0};  // epoch | items | next claimed
-  alignas(64) uint32_t begin[3] = {};
+// A claim list's ranges: items taken in order, as up to three ranges of item numbers, written by
+// the caller into a job set before it stores the list's word for the new epoch (release).
+struct ClaimRanges {
+  uint32_t begin[3] = {};
   uint32_t size[3] = {};
 
   void Set(std::initializer_list<std::pair<uint32_t, uint32_t>> ranges) {  // (begin, end)
@@ -234,18 +224,43 @@ struct ClaimList {
     if (i < size[1]) return begin[1] + i;
     return begin[2] + i - size[1];
   }
+};
+
+// A claim list's word, on its own cache line: idle workers spin on the X list's word, and each of
+// the caller's writes to a line they spin on would pull it back from every one of them
+// (docs/perf/experts.md, session 6).
+struct ClaimWord {
+  alignas(64) std::atomic<uint64_t> word{0};  // epoch | items | next claimed
+
   // Claims the next item of this list in `epoch`, if any is left.
-  bool Claim(uint64_t epoch, uint32_t* item) {
+  bool Claim(uint64_t epoch, const ClaimRanges& ranges, uint32_t* item) {
     uint64_t w = word.load(std::memory_order_acquire);
     for (;;) {
       if (EpochOf(w) != epoch || NextOf(w) >= TotalOf(w)) return false;
       if (word.compare_exchange_weak(w, w + 1, std::memory_order_acq_rel,
                                      std::memory_order_acquire)) {
-        *item = ItemAt(NextOf(w));
+        *item = ranges.ItemAt(NextOf(w));
         return true;
       }
     }
   }
+};
+
+// A growable array of atomics, value-initialised when it grows (like Scratch, no allocation in
+// steady state).
+template <typename T>
+class AtomicArray {
+ public:
+  void Reserve(size_t n) {
+    if (n <= capacity_) return;
+    ptr_ = std::make_unique<std::atomic<T>[]>(n);
+    capacity_ = n;
+  }
+  std::atomic<T>& operator[](size_t i) const { return ptr_[i]; }
+
+ private:
+  std::unique_ptr<std::atomic<T>[]> ptr_;
+  size_t capacity_ = 0;
 };
 
 // One NUMA node's workers: their arena, the observer that pins them, and how many are inside their
@@ -258,36 +273,33 @@ struct NodeWorkers {
   int first_thread = 0;  // the pool-wide thread number of its arena slot 0 (the caller is 0)
 };
 
-// Per thread, single writer: node-list items run at home and away (ExpertPool::claim_counts).
-struct alignas(64) ThreadCounts {
+// Per thread, single writer: node-list items run at home and away (ExpertPool::claim_counts), and
+// the job set it is working in (+1; 0: none), which the caller reads before it reuses a set.
+struct alignas(64) ThreadState {
   std::atomic<uint64_t> home{0}, away{0};
+  std::atomic<int> in_set{0};
 };
+
+// Item state bits (phases A and B): done, a backup run taken, and the lane whose outputs count.
+constexpr uint32_t kItemDone = 1, kItemBackupTaken = 2, kItemLane1 = 4;
+
+// Job sets. Backups leave runs behind that may outlast their job (the loser of an item finishes
+// its run after the winner's result was used), so a job's description and scratch live in a set
+// that is not reused while any thread is still inside it. Small jobs (the ones that take backups)
+// rotate over kSmallSets sets, so a thread descheduled for up to kSmallSets layers holds nothing
+// up; large jobs (prefill) take no backups and use set 0.
+constexpr int kSmallSets = 16;
+constexpr int kMaxBackedUpJobs = 64;  // (row, expert) jobs of a layer for it to take backups
+constexpr int kEpochSlots = 64;       // the set of epoch e is epoch_set[e % kEpochSlots]
 
 }  // namespace
 
-struct ExpertPool::Impl {
-  // Threads.
-  hwloc_topology_t topology = nullptr;
-  bool this_system = false;
-  std::unique_ptr<NodeWorkers[]> node_workers;  // one per nodes_ entry
-  std::unique_ptr<ThreadCounts[]> counts;       // one per thread
-  std::atomic<int> live_tasks{0};               // enqueued worker tasks not yet returned
-  std::atomic<bool> stop{false};
-  // The claim lists (X, one per node, C; every job has X items, so workers watch the X list's
-  // word for a new epoch), and the items done: of phase X (A waits for all), of phase B (C waits
-  // for all) and of the whole job (the caller waits for all). Per group, the A then Q items done
-  // are counted in `group_done`.
-  std::unique_ptr<ClaimList[]> lists;
-  int n_lists = 0;
-  alignas(64) std::atomic<uint32_t> x_done{0};
-  alignas(64) std::atomic<uint32_t> b_done{0};
-  alignas(64) std::atomic<uint32_t> done_total{0};
-  uint64_t epoch = 0;  // written by the caller only
-  bool noop = false;   // RunEmpty's job: items do nothing
-
-  // The current job, stable while any of its items is not done.
+struct ExpertPool::JobSet {
+  // The job, stable while any thread is inside this set (ThreadState::in_set).
+  bool noop = false;     // RunEmpty's job: items do nothing
+  bool backups = false;  // phase A and B items may be run a second time
   uint32_t phase_end[kPhases] = {};  // cumulative item counts
-  const ExpertWeights* w = nullptr;
+  ExpertWeights w;
   const float* x = nullptr;
   float* out = nullptr;
   DotFn gate_up_dot = nullptr, down_dot = nullptr;
@@ -295,18 +307,49 @@ struct ExpertPool::Impl {
   // Rows per phase-A item, output columns per phase-B item (of one group) and per phase-C item.
   int ff_slice = 0, out_slice = 0, sum_slice = 0;
   int64_t xq_stride = 0, hq_stride = 0;
-
-  // Scratch.
+  std::unique_ptr<ClaimRanges[]> ranges;  // one per claim list
   std::vector<ExpertJob> sorted;
   std::vector<Group> groups;
   std::vector<int32_t> slot_group;  // job slot -> its group
   std::vector<int32_t> node_group;  // per node + 1: its first group (the last entry: n_groups)
-  // Per group: phase-A items done, then phase-Q items done (ff_slices + count when ready for B).
-  // Zeroed by the caller before a job is posted; counted through std::atomic_ref.
-  Scratch<uint32_t> group_done;
+
+  // Items done: of phase X (A waits for all), of phase B (C waits for all) and of the whole job
+  // (the caller waits for all); per group, its A then Q items (ff_slices + count when ready for B).
+  alignas(64) std::atomic<uint32_t> x_done{0};
+  alignas(64) std::atomic<uint32_t> b_done{0};
+  alignas(64) std::atomic<uint32_t> done_total{0};
+  AtomicArray<uint32_t> group_done;
+  // Per item of phases A and B: state bits and the claim time (steady clock ns; 0: unclaimed).
+  AtomicArray<uint32_t> item_state;
+  AtomicArray<int64_t> item_stamp;
+
+  // Scratch. A and B items write their outputs in the lane of their run (0: the claimer, 1: the
+  // backup); readers take each item's winning lane.
   Scratch<uint8_t> xq, hq;  // converted activations: one per row, one per job slot
-  Scratch<float> h, u;       // per job slot: gate (then silu(gate)·up) and up, n_ff each
-  Scratch<float> down;       // per job slot: the expert's output before weighting, hidden each
+  Scratch<float> gate[2], up[2];  // per job slot, n_ff each: gate (then silu(gate)·up) and up
+  Scratch<float> gathered;        // per job slot: silu(gate)·up from the winning lanes, for Q
+  Scratch<float> down[2];         // per job slot: the expert's output before weighting
+};
+
+struct ExpertPool::Impl {
+  // Threads.
+  hwloc_topology_t topology = nullptr;
+  bool this_system = false;
+  std::unique_ptr<NodeWorkers[]> node_workers;  // one per nodes_ entry
+  std::unique_ptr<ThreadState[]> threads;       // one per thread
+  std::atomic<int> live_tasks{0};               // enqueued worker tasks not yet returned
+  std::atomic<bool> stop{false};
+  // The claim lists' words (X, one per node, C; every job has X items, so workers watch the X
+  // list's word for a new epoch).
+  std::unique_ptr<ClaimWord[]> lists;
+  int n_lists = 0;
+  uint64_t epoch = 0;  // written by the caller only
+  // Job sets: 0 for large jobs, 1..kSmallSets in turn for small ones; epoch_set says which set an
+  // epoch's job is in (written before the epoch is announced).
+  std::unique_ptr<JobSet[]> sets;
+  int next_small = 0;
+  std::atomic<int> epoch_set[kEpochSlots] = {};
+  std::atomic<uint64_t> backups{0};  // backup runs started (ExpertPool::backups)
 };
 
 namespace {
@@ -341,6 +384,12 @@ class Pinner : public tbb::task_scheduler_observer {
   std::vector<int> cores_;
 };
 
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ExpertPool>> ExpertPool::Create(const PoolOptions& options) {
@@ -351,6 +400,7 @@ absl::StatusOr<std::unique_ptr<ExpertPool>> ExpertPool::Create(const PoolOptions
   if (options.threads < 0 || options.spin_us < 0) {
     return absl::InvalidArgumentError("expert pool: negative thread count or spin window");
   }
+  pool->backup_us_ = options.backup_us;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   pool->n_threads_ = options.threads == 0 ? cores : options.threads;
   pool->spin_us_ = options.spin_us;
@@ -375,8 +425,12 @@ absl::StatusOr<std::unique_ptr<ExpertPool>> ExpertPool::Create(const PoolOptions
 
   const int n_nodes = static_cast<int>(pool->nodes_.size());
   impl.n_lists = n_nodes + 2;
-  impl.lists = std::make_unique<ClaimList[]>(impl.n_lists);
-  impl.counts = std::make_unique<ThreadCounts[]>(pool->n_threads_);
+  impl.lists = std::make_unique<ClaimWord[]>(impl.n_lists);
+  impl.threads = std::make_unique<ThreadState[]>(pool->n_threads_);
+  impl.sets = std::make_unique<JobSet[]>(1 + kSmallSets);
+  for (int i = 0; i <= kSmallSets; ++i) {
+    impl.sets[i].ranges = std::make_unique<ClaimRanges[]>(impl.n_lists);
+  }
   impl.node_workers = std::make_unique<NodeWorkers[]>(n_nodes);
   int first_thread = 1;
   for (int k = 0; k < n_nodes; ++k) {
@@ -480,65 +534,95 @@ void ExpertPool::WorkerMain(int node) {
 void ExpertPool::Participate(uint64_t epoch, int node, int thread) {
   Impl& impl = *impl_;
   const int n_nodes = static_cast<int>(nodes_.size());
-  ThreadCounts& counts = impl.counts[thread];
+  ThreadState& me = impl.threads[thread];
+  const int set_index = impl.epoch_set[epoch % kEpochSlots].load(std::memory_order_acquire);
+  JobSet& set = impl.sets[set_index];
+  // Enter the set, then check that its job is still the announced one (both seq_cst, paired with
+  // TakeJobSet: either the caller sees this thread inside, or this thread sees a newer epoch and
+  // leaves before it reads the set).
+  me.in_set.store(set_index + 1, std::memory_order_seq_cst);
+  if (EpochOf(impl.lists[0].word.load(std::memory_order_seq_cst)) != epoch) {
+    me.in_set.store(0, std::memory_order_release);
+    return;
+  }
   // X, then this node's list, the other nodes' lists, then C (file comment).
   for (int step = 0; step < impl.n_lists; ++step) {
     const bool node_list = step > 0 && step <= n_nodes;
     const int list = node_list ? 1 + (node + step - 1) % n_nodes : step;
     uint32_t item;
-    while (impl.lists[list].Claim(epoch, &item)) {
-      RunItem(item);  // waits for the items it reads, then counts itself done for its readers
+    while (impl.lists[list].Claim(epoch, set.ranges[list], &item)) {
+      if (set.backups) set.item_stamp[item].store(NowNs(), std::memory_order_relaxed);
+      RunItem(set, item, 0);  // waits for the items it reads, then counts itself done
       if (node_list) {
-        std::atomic<uint64_t>& c = step == 1 ? counts.home : counts.away;
+        std::atomic<uint64_t>& c = step == 1 ? me.home : me.away;
         c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
       }
-      // Release: the caller's acquire of done_total sees every write this item made.
-      impl.done_total.fetch_add(1, std::memory_order_acq_rel);
     }
   }
+  // Release: the caller that reuses this set sees every write this thread made in it.
+  me.in_set.store(0, std::memory_order_release);
 }
 
-void ExpertPool::Post() {
+ExpertPool::JobSet& ExpertPool::TakeJobSet(bool backups) {
   Impl& impl = *impl_;
-  impl.x_done.store(0, std::memory_order_relaxed);
-  impl.b_done.store(0, std::memory_order_relaxed);
-  impl.done_total.store(0, std::memory_order_relaxed);
+  const int index = backups ? 1 + impl.next_small : 0;
+  if (backups) impl.next_small = (impl.next_small + 1) % kSmallSets;
+  // Wait until no thread is inside the set (normally at once: a thread still there is finishing a
+  // run that lost to a backup kSmallSets layers ago, or is leaving a large job).
+  for (int t = 1; t < n_threads_; ++t) {
+    while (impl.threads[t].in_set.load(std::memory_order_seq_cst) == index + 1) {
+      std::this_thread::yield();
+    }
+  }
+  JobSet& set = impl.sets[index];
+  set.backups = backups;
+  return set;
+}
+
+void ExpertPool::Post(JobSet& set) {
+  Impl& impl = *impl_;
+  set.x_done.store(0, std::memory_order_relaxed);
+  set.b_done.store(0, std::memory_order_relaxed);
+  set.done_total.store(0, std::memory_order_relaxed);
   impl.epoch = (impl.epoch + 1) & ((uint64_t{1} << (64 - 2 * kItemBits)) - 1);
-  // Release publishes the job description written before to every claimer of the list; the X
-  // list goes last (seq_cst: it is the announcement, see WorkerMain). An empty list keeps its old
-  // word: another epoch's, fully claimed, so it reads as empty, and its cache line stays shared
-  // instead of moving to every claimer again.
-  uint32_t total_items = impl.lists[0].items();
+  impl.epoch_set[impl.epoch % kEpochSlots].store(static_cast<int>(&set - impl.sets.get()),
+                                                 std::memory_order_relaxed);
+  // Release publishes the job written before to every claimer of the list; the X list goes last
+  // (seq_cst: it is the announcement, see WorkerMain). An empty list keeps its old word: another
+  // epoch's, fully claimed, so it reads as empty, and its cache line stays shared instead of
+  // moving to every claimer again.
+  uint32_t total_items = set.ranges[0].items();
   for (int l = impl.n_lists - 1; l > 0; --l) {
-    const uint32_t items = impl.lists[l].items();
+    const uint32_t items = set.ranges[l].items();
     total_items += items;
     if (items > 0) impl.lists[l].word.store(Word(impl.epoch, items, 0), std::memory_order_release);
   }
-  impl.lists[0].word.store(Word(impl.epoch, impl.lists[0].items(), 0), std::memory_order_seq_cst);
+  impl.lists[0].word.store(Word(impl.epoch, set.ranges[0].items(), 0), std::memory_order_seq_cst);
   if (n_threads_ > 1) EnsureWorkers();
   Participate(impl.epoch, 0, 0);
-  while (impl.done_total.load(std::memory_order_acquire) < total_items) _mm_pause();
+  Await(set, set.done_total, total_items, kPhases);
 }
 
 void ExpertPool::RunEmpty() {
-  Impl& impl = *impl_;
   // One no-op item per thread: the claim, completion count and join a real layer pays.
-  impl.lists[0].Set({{0, static_cast<uint32_t>(threads())}});
-  for (int l = 1; l < impl.n_lists; ++l) {
-    if (impl.lists[l].items() > 0) impl.lists[l].Set({});  // untouched lines stay shared
-  }
-  impl.noop = true;
-  Post();
-  impl.noop = false;
+  JobSet& set = TakeJobSet(false);
+  set.ranges[0].Set({{0, static_cast<uint32_t>(threads())}});
+  for (int l = 1; l < impl_->n_lists; ++l) set.ranges[l].Set({});
+  set.noop = true;
+  Post(set);
 }
 
 ExpertPool::ClaimCounts ExpertPool::claim_counts() const {
   ClaimCounts c;
   for (int t = 0; t < n_threads_; ++t) {
-    c.home += impl_->counts[t].home.load(std::memory_order_relaxed);
-    c.away += impl_->counts[t].away.load(std::memory_order_relaxed);
+    c.home += impl_->threads[t].home.load(std::memory_order_relaxed);
+    c.away += impl_->threads[t].away.load(std::memory_order_relaxed);
   }
   return c;
+}
+
+uint64_t ExpertPool::backups() const {
+  return impl_->backups.load(std::memory_order_relaxed);
 }
 
 absl::StatusOr<int64_t> ExpertPool::BindWeights(const ExpertWeights& w) {
@@ -605,7 +689,6 @@ absl::StatusOr<int64_t> ExpertPool::BindWeights(const ExpertWeights& w) {
 
 absl::Status ExpertPool::Run(const ExpertWeights& w, std::span<const ExpertJob> jobs,
                              const float* x, int n_rows, float* out) {
-  Impl& impl = *impl_;
   for (const ExpertJob& job : jobs) {
     if (job.row < 0 || job.row >= n_rows || job.expert < 0 || job.expert >= w.n_expert) {
       return absl::OutOfRangeError(absl::StrCat("expert pool: job (row ", job.row, ", expert ",
@@ -614,163 +697,247 @@ absl::Status ExpertPool::Run(const ExpertWeights& w, std::span<const ExpertJob> 
     }
   }
   if (jobs.empty()) return absl::OkStatus();
-  impl.gate_up_dot = GetDotKernel(isa_, w.gate.type);
-  impl.down_dot = GetDotKernel(isa_, w.down.type);
-  if (impl.gate_up_dot == nullptr || impl.down_dot == nullptr) {
+  const DotFn gate_up_dot = GetDotKernel(isa_, w.gate.type);
+  const DotFn down_dot = GetDotKernel(isa_, w.down.type);
+  if (gate_up_dot == nullptr || down_dot == nullptr) {
     return absl::UnimplementedError("expert pool: no kernel for these weight types on this ISA");
   }
+  JobSet& set = TakeJobSet(backup_us_ >= 0 && static_cast<int>(jobs.size()) <= kMaxBackedUpJobs);
+  set.noop = false;
+  set.gate_up_dot = gate_up_dot;
+  set.down_dot = down_dot;
 
   // Group: sort by (expert, row) and cut each expert's rows into chunks of kMaxTileRows.
-  impl.sorted.assign(jobs.begin(), jobs.end());
-  std::sort(impl.sorted.begin(), impl.sorted.end(), [](const ExpertJob& a, const ExpertJob& b) {
+  set.sorted.assign(jobs.begin(), jobs.end());
+  std::sort(set.sorted.begin(), set.sorted.end(), [](const ExpertJob& a, const ExpertJob& b) {
     return a.expert != b.expert ? a.expert < b.expert : a.row < b.row;
   });
-  impl.groups.clear();
-  for (int i = 0; i < static_cast<int>(impl.sorted.size()); ++i) {
-    if (impl.groups.empty() || impl.groups.back().expert != impl.sorted[i].expert ||
-        impl.groups.back().count == kMaxTileRows) {
-      impl.groups.push_back({impl.sorted[i].expert, i, 0});
+  set.groups.clear();
+  for (int i = 0; i < static_cast<int>(set.sorted.size()); ++i) {
+    if (set.groups.empty() || set.groups.back().expert != set.sorted[i].expert ||
+        set.groups.back().count == kMaxTileRows) {
+      set.groups.push_back({set.sorted[i].expert, i, 0});
     }
-    ++impl.groups.back().count;
+    ++set.groups.back().count;
   }
-  impl.slot_group.resize(impl.sorted.size());
-  for (int gi = 0; gi < static_cast<int>(impl.groups.size()); ++gi) {
-    const Group& g = impl.groups[gi];
-    std::fill_n(impl.slot_group.begin() + g.first, g.count, gi);
+  set.slot_group.resize(set.sorted.size());
+  for (int gi = 0; gi < static_cast<int>(set.groups.size()); ++gi) {
+    const Group& g = set.groups[gi];
+    std::fill_n(set.slot_group.begin() + g.first, g.count, gi);
   }
 
-  impl.w = &w;
-  impl.x = x;
-  impl.out = out;
-  impl.n_rows = n_rows;
-  impl.n_jobs = static_cast<int>(impl.sorted.size());
-  impl.n_groups = static_cast<int>(impl.groups.size());
-  impl.ff_slice = SliceFor(w.n_ff * impl.n_groups, threads());
-  impl.out_slice = SliceFor(w.hidden * impl.n_groups, threads());
-  impl.sum_slice = SliceFor(w.hidden, threads());
-  impl.ff_slices = static_cast<int>((w.n_ff + impl.ff_slice - 1) / impl.ff_slice);
-  impl.out_slices = static_cast<int>((w.hidden + impl.out_slice - 1) / impl.out_slice);
-  impl.sum_slices = static_cast<int>((w.hidden + impl.sum_slice - 1) / impl.sum_slice);
-  impl.xq_stride = (ActivationRowBytes(w.gate.type, w.hidden) + 63) / 64 * 64;
-  impl.hq_stride = (ActivationRowBytes(w.down.type, w.n_ff) + 63) / 64 * 64;
-  impl.xq.Reserve(static_cast<size_t>(n_rows) * impl.xq_stride);
-  impl.hq.Reserve(static_cast<size_t>(impl.n_jobs) * impl.hq_stride);
-  impl.h.Reserve(static_cast<size_t>(impl.n_jobs) * w.n_ff);
-  impl.u.Reserve(static_cast<size_t>(impl.n_jobs) * w.n_ff);
-  impl.down.Reserve(static_cast<size_t>(impl.n_jobs) * w.hidden);
-  impl.group_done.Reserve(impl.groups.size());
-  std::fill_n(impl.group_done.data(), impl.groups.size(), 0u);
+  set.w = w;
+  set.x = x;
+  set.out = out;
+  set.n_rows = n_rows;
+  set.n_jobs = static_cast<int>(set.sorted.size());
+  set.n_groups = static_cast<int>(set.groups.size());
+  set.ff_slice = SliceFor(w.n_ff * set.n_groups, threads());
+  set.out_slice = SliceFor(w.hidden * set.n_groups, threads());
+  set.sum_slice = SliceFor(w.hidden, threads());
+  set.ff_slices = static_cast<int>((w.n_ff + set.ff_slice - 1) / set.ff_slice);
+  set.out_slices = static_cast<int>((w.hidden + set.out_slice - 1) / set.out_slice);
+  set.sum_slices = static_cast<int>((w.hidden + set.sum_slice - 1) / set.sum_slice);
+  set.xq_stride = (ActivationRowBytes(w.gate.type, w.hidden) + 63) / 64 * 64;
+  set.hq_stride = (ActivationRowBytes(w.down.type, w.n_ff) + 63) / 64 * 64;
+  set.xq.Reserve(static_cast<size_t>(n_rows) * set.xq_stride);
+  set.hq.Reserve(static_cast<size_t>(set.n_jobs) * set.hq_stride);
+  for (int lane = 0; lane < (set.backups ? 2 : 1); ++lane) {
+    set.gate[lane].Reserve(static_cast<size_t>(set.n_jobs) * w.n_ff);
+    set.up[lane].Reserve(static_cast<size_t>(set.n_jobs) * w.n_ff);
+    set.down[lane].Reserve(static_cast<size_t>(set.n_jobs) * w.hidden);
+  }
+  set.gathered.Reserve(static_cast<size_t>(set.n_jobs) * w.n_ff);
+  set.group_done.Reserve(set.groups.size());
+  for (size_t g = 0; g < set.groups.size(); ++g) {
+    set.group_done[g].store(0, std::memory_order_relaxed);
+  }
 
   const uint64_t total = static_cast<uint64_t>(n_rows) +
-                         static_cast<uint64_t>(impl.n_groups) * impl.ff_slices + impl.n_jobs +
-                         static_cast<uint64_t>(impl.n_groups) * impl.out_slices + impl.sum_slices;
+                         static_cast<uint64_t>(set.n_groups) * set.ff_slices + set.n_jobs +
+                         static_cast<uint64_t>(set.n_groups) * set.out_slices + set.sum_slices;
   if (total > kMaxItems) {
     return absl::ResourceExhaustedError(absl::StrCat("expert pool: a layer of ", total,
                                                      " work items exceeds ", kMaxItems));
   }
-  impl.phase_end[0] = n_rows;
-  impl.phase_end[1] = impl.phase_end[0] + impl.n_groups * impl.ff_slices;
-  impl.phase_end[2] = impl.phase_end[1] + impl.n_jobs;
-  impl.phase_end[3] = impl.phase_end[2] + impl.n_groups * impl.out_slices;
-  impl.phase_end[4] = impl.phase_end[3] + impl.sum_slices;
+  set.phase_end[0] = n_rows;
+  set.phase_end[1] = set.phase_end[0] + set.n_groups * set.ff_slices;
+  set.phase_end[2] = set.phase_end[1] + set.n_jobs;
+  set.phase_end[3] = set.phase_end[2] + set.n_groups * set.out_slices;
+  set.phase_end[4] = set.phase_end[3] + set.sum_slices;
+  set.item_state.Reserve(set.phase_end[4]);
+  set.item_stamp.Reserve(set.phase_end[4]);
+  for (uint32_t i = 0; i < set.phase_end[4]; ++i) {
+    set.item_state[i].store(0, std::memory_order_relaxed);
+    set.item_stamp[i].store(0, std::memory_order_relaxed);
+  }
 
   // Claim lists: X; per node, the A, Q and B items of its home experts' groups; C.
   const int n_nodes = static_cast<int>(nodes_.size());
-  impl.node_group.assign(n_nodes + 1, impl.n_groups);
+  set.node_group.assign(n_nodes + 1, set.n_groups);
   for (int k = n_nodes - 1; k >= 0; --k) {
     const int64_t first_expert = HomeBegin(k, n_nodes, w.n_expert);
-    int gi = impl.node_group[k + 1];
-    while (gi > 0 && impl.groups[gi - 1].expert >= first_expert) --gi;
-    impl.node_group[k] = gi;
+    int gi = set.node_group[k + 1];
+    while (gi > 0 && set.groups[gi - 1].expert >= first_expert) --gi;
+    set.node_group[k] = gi;
   }
-  auto first_slot = [&impl](int gi) {
-    return static_cast<uint32_t>(gi < impl.n_groups ? impl.groups[gi].first : impl.n_jobs);
+  auto first_slot = [&set](int gi) {
+    return static_cast<uint32_t>(gi < set.n_groups ? set.groups[gi].first : set.n_jobs);
   };
-  impl.lists[0].Set({{0, impl.phase_end[0]}});
+  set.ranges[0].Set({{0, set.phase_end[0]}});
   for (int k = 0; k < n_nodes; ++k) {
-    const uint32_t g0 = impl.node_group[k], g1 = impl.node_group[k + 1];
-    const uint32_t ff = impl.ff_slices, oc = impl.out_slices;
-    impl.lists[1 + k].Set({{impl.phase_end[0] + g0 * ff, impl.phase_end[0] + g1 * ff},
-                           {impl.phase_end[1] + first_slot(g0), impl.phase_end[1] + first_slot(g1)},
-                           {impl.phase_end[2] + g0 * oc, impl.phase_end[2] + g1 * oc}});
+    const uint32_t g0 = set.node_group[k], g1 = set.node_group[k + 1];
+    const uint32_t ff = set.ff_slices, oc = set.out_slices;
+    set.ranges[1 + k].Set({{set.phase_end[0] + g0 * ff, set.phase_end[0] + g1 * ff},
+                           {set.phase_end[1] + first_slot(g0), set.phase_end[1] + first_slot(g1)},
+                           {set.phase_end[2] + g0 * oc, set.phase_end[2] + g1 * oc}});
   }
-  impl.lists[n_nodes + 1].Set({{impl.phase_end[3], impl.phase_end[4]}});
-  Post();
+  set.ranges[n_nodes + 1].Set({{set.phase_end[3], set.phase_end[4]}});
+  Post(set);
   return absl::OkStatus();
 }
 
-void ExpertPool::RunItem(uint32_t item) {
-  Impl& impl = *impl_;
-  if (impl.noop) return;
-  const ExpertWeights& w = *impl.w;
-  auto group_done = [&impl](int gi) {
-    return std::atomic_ref<uint32_t>(impl.group_done.data()[gi]);
-  };
-  if (item < impl.phase_end[0]) {  // X
-    QuantizeActivations(w.gate.type, impl.x + static_cast<int64_t>(item) * w.hidden, w.hidden,
-                        impl.xq.data() + item * impl.xq_stride);
-    impl.x_done.fetch_add(1, std::memory_order_release);
+
+void ExpertPool::Await(JobSet& set, const std::atomic<uint32_t>& counter, uint32_t target,
+                       int below_phase) {
+  // While the count is short, run late items of the phases below `below_phase` (the items that
+  // this wait can depend on; never the caller's own item or one that waits for it).
+  int64_t next_look = 0;
+  for (uint32_t spins = 0; counter.load(std::memory_order_acquire) < target; ++spins) {
+    _mm_pause();
+    if (!set.backups || (spins & 63) != 0) continue;
+    const int64_t now = NowNs();
+    if (now < next_look) continue;
+    if (!RunLateItem(set, below_phase)) next_look = now + 5000;  // look again in 5 µs
+  }
+}
+
+bool ExpertPool::RunLateItem(JobSet& set, int below_phase) {
+  const int64_t late = NowNs() - int64_t{backup_us_} * 1000;
+  // Phase A items [phase_end[0], phase_end[1]), then phase B items [phase_end[2], phase_end[3]).
+  for (int phase : {1, 3}) {
+    if (phase >= below_phase) break;
+    for (uint32_t item = set.phase_end[phase - 1]; item < set.phase_end[phase]; ++item) {
+      const int64_t stamp = set.item_stamp[item].load(std::memory_order_relaxed);
+      if (stamp == 0 || stamp > late) continue;  // not claimed yet, or not late
+      std::atomic<uint32_t>& state = set.item_state[item];
+      uint32_t s = state.load(std::memory_order_relaxed);
+      if ((s & (kItemDone | kItemBackupTaken)) != 0) continue;
+      if (!state.compare_exchange_strong(s, s | kItemBackupTaken, std::memory_order_relaxed)) {
+        continue;
+      }
+      impl_->backups.fetch_add(1, std::memory_order_relaxed);
+      RunItem(set, item, 1);
+      return true;
+    }
+  }
+  return false;
+}
+
+void ExpertPool::RunItem(JobSet& set, uint32_t item, int lane) {
+  if (set.noop) {
+    set.done_total.fetch_add(1, std::memory_order_acq_rel);
     return;
   }
-  if (item < impl.phase_end[1]) {  // A
-    WaitUntil(impl.x_done, static_cast<uint32_t>(impl.n_rows));
-    const uint32_t i = item - impl.phase_end[0];
-    const int gi = static_cast<int>(i / impl.ff_slices);
-    const Group& g = impl.groups[gi];
-    const int64_t f0 = static_cast<int64_t>(i % impl.ff_slices) * impl.ff_slice;
-    const int nf = static_cast<int>(std::min<int64_t>(impl.ff_slice, w.n_ff - f0));
+  const ExpertWeights& w = set.w;
+  // A and B items: the first run to finish publishes its lane; the other run's outputs are not
+  // read. Release here and below: a reader that acquires the counts sees the outputs and lane.
+  auto finish = [&set, item, lane](std::atomic<uint32_t>& count) {
+    if (set.backups) {
+      const uint32_t prev = set.item_state[item].fetch_or(kItemDone | (lane == 1 ? kItemLane1 : 0u),
+                                                          std::memory_order_acq_rel);
+      if ((prev & kItemDone) != 0) return;  // the other run finished first
+    }
+    count.fetch_add(1, std::memory_order_release);
+    set.done_total.fetch_add(1, std::memory_order_acq_rel);
+  };
+  auto lane_of = [&set](uint32_t i) {
+    return set.backups && (set.item_state[i].load(std::memory_order_acquire) & kItemLane1) != 0 ? 1
+                                                                                                : 0;
+  };
+  if (item < set.phase_end[0]) {  // X
+    QuantizeActivations(w.gate.type, set.x + static_cast<int64_t>(item) * w.hidden, w.hidden,
+                        set.xq.data() + item * set.xq_stride);
+    set.x_done.fetch_add(1, std::memory_order_release);
+    set.done_total.fetch_add(1, std::memory_order_acq_rel);
+    return;
+  }
+  if (item < set.phase_end[1]) {  // A: gate/up rows [f0, f0 + nf) of one group
+    Await(set, set.x_done, static_cast<uint32_t>(set.n_rows), 1);
+    const uint32_t i = item - set.phase_end[0];
+    const int gi = static_cast<int>(i / set.ff_slices);
+    const Group& g = set.groups[gi];
+    const int64_t f0 = static_cast<int64_t>(i % set.ff_slices) * set.ff_slice;
+    const int nf = static_cast<int>(std::min<int64_t>(set.ff_slice, w.n_ff - f0));
     const uint8_t* act[kMaxTileRows];
     for (int a = 0; a < g.count; ++a) {
-      act[a] = impl.xq.data() + impl.sorted[g.first + a].row * impl.xq_stride;
+      act[a] = set.xq.data() + set.sorted[g.first + a].row * set.xq_stride;
     }
-    float* h = impl.h.data() + static_cast<int64_t>(g.first) * w.n_ff + f0;
-    float* u = impl.u.data() + static_cast<int64_t>(g.first) * w.n_ff + f0;
-    impl.gate_up_dot(w.gate.Expert(g.expert) + f0 * w.gate.row_bytes, w.gate.row_bytes, nf,
-                     w.hidden, act, g.count, h, w.n_ff);
-    impl.gate_up_dot(w.up.Expert(g.expert) + f0 * w.up.row_bytes, w.up.row_bytes, nf, w.hidden,
-                     act, g.count, u, w.n_ff);
+    float* h = set.gate[lane].data() + static_cast<int64_t>(g.first) * w.n_ff + f0;
+    float* u = set.up[lane].data() + static_cast<int64_t>(g.first) * w.n_ff + f0;
+    set.gate_up_dot(w.gate.Expert(g.expert) + f0 * w.gate.row_bytes, w.gate.row_bytes, nf,
+                    w.hidden, act, g.count, h, w.n_ff);
+    set.gate_up_dot(w.up.Expert(g.expert) + f0 * w.up.row_bytes, w.up.row_bytes, nf, w.hidden,
+                    act, g.count, u, w.n_ff);
     for (int a = 0; a < g.count; ++a) {
       for (int r = 0; r < nf; ++r) h[a * w.n_ff + r] = Silu(h[a * w.n_ff + r]) * u[a * w.n_ff + r];
     }
-    group_done(gi).fetch_add(1, std::memory_order_release);
+    finish(set.group_done[gi]);
     return;
   }
-  if (item < impl.phase_end[2]) {  // Q
-    const int64_t slot = item - impl.phase_end[1];
-    const int gi = impl.slot_group[slot];
-    WaitUntil(group_done(gi), static_cast<uint32_t>(impl.ff_slices));
-    QuantizeActivations(w.down.type, impl.h.data() + slot * w.n_ff, w.n_ff,
-                        impl.hq.data() + slot * impl.hq_stride);
-    group_done(gi).fetch_add(1, std::memory_order_release);
+  if (item < set.phase_end[2]) {  // Q: one job slot's intermediate row, from its A items' lanes
+    const int64_t slot = item - set.phase_end[1];
+    const int gi = set.slot_group[slot];
+    Await(set, set.group_done[gi], static_cast<uint32_t>(set.ff_slices), 2);
+    float* row = set.gate[0].data() + slot * w.n_ff;
+    if (set.backups) {
+      row = set.gathered.data() + slot * w.n_ff;
+      const uint32_t a0 = set.phase_end[0] + static_cast<uint32_t>(gi * set.ff_slices);
+      for (int k = 0; k < set.ff_slices; ++k) {
+        const int64_t f0 = static_cast<int64_t>(k) * set.ff_slice;
+        const int64_t nf = std::min<int64_t>(set.ff_slice, w.n_ff - f0);
+        std::memcpy(row + f0, set.gate[lane_of(a0 + k)].data() + slot * w.n_ff + f0, nf * 4);
+      }
+    }
+    QuantizeActivations(w.down.type, row, w.n_ff, set.hq.data() + slot * set.hq_stride);
+    set.group_done[gi].fetch_add(1, std::memory_order_release);
+    set.done_total.fetch_add(1, std::memory_order_acq_rel);
     return;
   }
-  if (item < impl.phase_end[3]) {  // B: output columns [c0, c0 + nc) of one group
-    const uint32_t i = item - impl.phase_end[2];
-    const int gi = static_cast<int>(i / impl.out_slices);
-    const Group& g = impl.groups[gi];
-    WaitUntil(group_done(gi), static_cast<uint32_t>(impl.ff_slices + g.count));
-    const int64_t c0 = static_cast<int64_t>(i % impl.out_slices) * impl.out_slice;
-    const int nc = static_cast<int>(std::min<int64_t>(impl.out_slice, w.hidden - c0));
+  if (item < set.phase_end[3]) {  // B: output columns [c0, c0 + nc) of one group
+    const uint32_t i = item - set.phase_end[2];
+    const int gi = static_cast<int>(i / set.out_slices);
+    const Group& g = set.groups[gi];
+    Await(set, set.group_done[gi], static_cast<uint32_t>(set.ff_slices + g.count), 3);
+    const int64_t c0 = static_cast<int64_t>(i % set.out_slices) * set.out_slice;
+    const int nc = static_cast<int>(std::min<int64_t>(set.out_slice, w.hidden - c0));
     const uint8_t* act[kMaxTileRows];
     for (int a = 0; a < g.count; ++a) {
-      act[a] = impl.hq.data() + static_cast<int64_t>(g.first + a) * impl.hq_stride;
+      act[a] = set.hq.data() + static_cast<int64_t>(g.first + a) * set.hq_stride;
     }
-    float* part = impl.down.data() + static_cast<int64_t>(g.first) * w.hidden + c0;
-    impl.down_dot(w.down.Expert(g.expert) + c0 * w.down.row_bytes, w.down.row_bytes, nc, w.n_ff,
-                  act, g.count, part, w.hidden);
-    impl.b_done.fetch_add(1, std::memory_order_release);
+    float* part = set.down[lane].data() + static_cast<int64_t>(g.first) * w.hidden + c0;
+    set.down_dot(w.down.Expert(g.expert) + c0 * w.down.row_bytes, w.down.row_bytes, nc, w.n_ff,
+                 act, g.count, part, w.hidden);
+    finish(set.b_done);
     return;
   }
-  // C: output columns [c0, c0 + nc), every job's weighted partial in job order (deterministic).
-  WaitUntil(impl.b_done, impl.phase_end[3] - impl.phase_end[2]);
-  const int64_t c0 = static_cast<int64_t>(item - impl.phase_end[3]) * impl.sum_slice;
-  const int nc = static_cast<int>(std::min<int64_t>(impl.sum_slice, w.hidden - c0));
-  for (int j = 0; j < impl.n_jobs; ++j) {
-    const ExpertJob& job = impl.sorted[j];
-    const float* part = impl.down.data() + static_cast<int64_t>(j) * w.hidden + c0;
-    float* o = impl.out + static_cast<int64_t>(job.row) * w.hidden + c0;
-    for (int c = 0; c < nc; ++c) o[c] += job.weight * part[c];
+  // C: output columns [c0, c0 + nc), every job's weighted partial in job order (deterministic),
+  // each column run from the lane of the B item that computed it.
+  Await(set, set.b_done, set.phase_end[3] - set.phase_end[2], 4);
+  const int64_t c0 = static_cast<int64_t>(item - set.phase_end[3]) * set.sum_slice;
+  const int64_t c1 = std::min<int64_t>(c0 + set.sum_slice, w.hidden);
+  for (int j = 0; j < set.n_jobs; ++j) {
+    const ExpertJob& job = set.sorted[j];
+    const uint32_t b0 = set.phase_end[2] + static_cast<uint32_t>(set.slot_group[j] * set.out_slices);
+    float* o = set.out + static_cast<int64_t>(job.row) * w.hidden;
+    for (int64_t c = c0; c < c1;) {
+      const int64_t k = c / set.out_slice, end = std::min<int64_t>((k + 1) * set.out_slice, c1);
+      const float* part =
+          set.down[lane_of(b0 + static_cast<uint32_t>(k))].data() + static_cast<int64_t>(j) * w.hidden;
+      for (; c < end; ++c) o[c] += job.weight * part[c];
+    }
   }
+  set.done_total.fetch_add(1, std::memory_order_acq_rel);
 }
 
 }  // namespace tandem::experts

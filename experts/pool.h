@@ -5,7 +5,8 @@
 // the work of the experts homed on that node first (topology.h). Workers spin for a window after
 // each layer, then leave their arena so that other TBB work can use the cores; scratch is mimalloc
 // memory that only grows when a larger layer shape arrives, so steady-state layers allocate
-// nothing. Must not depend on runtime/reference or engine: callers (engine, bench) wire it in.
+// nothing. A late work item of a small layer is run again by an idle thread (backup_us). Must not
+// depend on runtime/reference or engine: callers (engine, bench) wire it in.
 #pragma once
 
 #include <atomic>
@@ -69,10 +70,19 @@ struct ExpertJob {
 // and the cold (5.6 µs) dispatch cost at this one setting (docs/perf/experts.md).
 inline constexpr int kDefaultSpinMicros = 200;
 
+// How long (µs) a claimed gate/up or down item of a small layer may run before a thread with
+// nothing else to do runs it again (a backup; whichever run finishes first is used, and both give
+// the same bytes). A thread descheduled in the middle of an item otherwise holds the whole layer
+// for a scheduler slice: on the 16-core H200 host 1-10% of 300-400 µs layers took 4-20 ms
+// (docs/perf/experts.md, session 11). Items there take 10-60 µs, so 200 µs leaves normal items
+// alone. Negative: never.
+inline constexpr int kDefaultBackupMicros = 200;
+
 struct PoolOptions {
   int threads = 0;           // compute threads including the caller; 0: every core
   std::string isa = "auto";  // auto | avx512 | avx2 | scalar
   int spin_us = kDefaultSpinMicros;
+  int backup_us = kDefaultBackupMicros;
   bool pin = true;           // pin workers to cores with hwloc
   bool numa = true;          // one arena per NUMA node (false: one arena over every core)
   // An hwloc synthetic topology to plan threads for instead of this machine's, e.g.
@@ -90,7 +100,9 @@ class ExpertPool {
   // out[r][c] += Σ_{jobs with row r} weight · down(silu(gate·x[r]) ⊙ up·x[r])[c] for x, out of
   // n_rows × hidden floats. An expert chosen by several rows is read once per kMaxTileRows (512)
   // of them (the kernels' tiled path past 8 rows); every expert is split across all threads
-  // (gate/up rows, then down rows).
+  // (gate/up rows, then down rows). x and out are not touched after Run returns, but the weight
+  // bytes may be: a thread whose item was backed up (kDefaultBackupMicros) can still be finishing
+  // its own run of it, so the weights must stay in memory while the pool exists.
   absl::Status Run(const ExpertWeights& w, std::span<const ExpertJob> jobs, const float* x,
                    int n_rows, float* out);
 
@@ -110,25 +122,34 @@ class ExpertPool {
     uint64_t home = 0, away = 0;
   };
   ClaimCounts claim_counts() const;
+  // Items run a second time because their first run was late (PoolOptions::backup_us), since
+  // Create.
+  uint64_t backups() const;
 
   const std::vector<PoolNode>& nodes() const { return nodes_; }
   int threads() const { return n_threads_; }
   Isa isa() const { return isa_; }
   int spin_us() const { return spin_us_; }
+  int backup_us() const { return backup_us_; }
 
  private:
   struct Impl;
   ExpertPool() = default;
-  void Post();
+  struct JobSet;
+  JobSet& TakeJobSet(bool backups);
+  void Post(JobSet& set);
   void Participate(uint64_t epoch, int node, int thread);
   void WorkerMain(int node);
   void EnsureWorkers();
-  void RunItem(uint32_t item);
+  void RunItem(JobSet& set, uint32_t item, int lane);
+  void Await(JobSet& set, const std::atomic<uint32_t>& counter, uint32_t target, int below_phase);
+  bool RunLateItem(JobSet& set, int below_phase);
 
   Isa isa_ = Isa::kScalar;
   std::vector<PoolNode> nodes_;
   int n_threads_ = 0;
   int spin_us_ = 0;
+  int backup_us_ = 0;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -4,6 +4,7 @@
 // accumulated onto random data.
 // Prefill-sized layers (200 and 512 rows, one expert chosen by every row: the tiled kernels and
 // groups cut at kMaxTileRows) against the single-threaded scalar pool.
+// Backups of late items forced on every item: the same bytes as without.
 // NUMA: pools planned on synthetic 2- and 3-node topologies (one claim list per node) against one
 // node, and binding expert memory on this machine.
 #include "experts/pool.h"
@@ -182,6 +183,31 @@ INSTANTIATE_TEST_SUITE_P(Families, PoolManyRowsTest,
                          [](const auto& info) {
                            return std::string(quant::GetTypeInfo(info.param).name);
                          });
+
+// Backups (PoolOptions::backup_us): with a threshold of 0 every waiting thread reruns any claimed
+// gate/up or down item that is not done yet, so most layers finish some items on their backup
+// run (lane 1) and some runs end after their layer. The results must be bit-identical to a pool
+// that never backs up, over more layers than there are job sets (so sets are reused), with small
+// jobs (which take backups) and a large one (which does not) in between.
+TEST(PoolBackups, ForcedBackupsGiveTheSameBytes) {
+  const ExpertData d = MakeExperts(GgmlType::kQ4_K, 256, 512, 6, 91);
+  const int threads = std::max(4, static_cast<int>(std::thread::hardware_concurrency()));
+  auto plain = ExpertPool::Create({.threads = threads, .backup_us = -1});
+  auto eager = ExpertPool::Create({.threads = threads, .backup_us = 0});
+  ASSERT_TRUE(plain.ok() && eager.ok());
+  for (int layer = 0; layer < 60; ++layer) {
+    const int n_rows = layer % 20 == 7 ? 12 : 1 + layer % 4;  // 12 rows x 6 experts: no backups
+    const std::vector<ExpertJob> jobs = RandomJobs(n_rows, 6, 6, layer + 500);
+    const std::vector<float> x = RandomFloats(n_rows * d.hidden, layer + 900, 1.0f);
+    const std::vector<float> base = RandomFloats(x.size(), layer + 1300, 0.01f);
+    std::vector<float> want = base, got = base;
+    ASSERT_TRUE((*plain)->Run(d.w, jobs, x.data(), n_rows, want.data()).ok());
+    ASSERT_TRUE((*eager)->Run(d.w, jobs, x.data(), n_rows, got.data()).ok());
+    ASSERT_EQ(got, want) << "layer " << layer << ", " << n_rows << " rows";
+  }
+  EXPECT_EQ((*plain)->backups(), 0u);
+  EXPECT_GT((*eager)->backups(), 0u) << "no item was ever backed up: the test did not test it";
+}
 
 TEST(PoolErrors, RefusesUnsupportedFormatsAndBadJobs) {
   std::vector<uint8_t> bytes(1 << 16);

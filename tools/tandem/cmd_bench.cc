@@ -34,6 +34,7 @@ struct Options {
   bool numa = true;
   double seconds = 0.5;  // per case
   int n_expert = 128;    // distinct experts per type, rotated
+  int backup_us = experts::kDefaultBackupMicros;
 };
 
 // Streaming read bandwidth over one 1 GiB buffer (filled once), each of `threads` threads summing
@@ -139,6 +140,7 @@ nlohmann::json TimeLayer(experts::ExpertPool& pool, const ExpertBank& bank, cons
   // (a thread descheduled while it held an item) or every layer slow (memory contended).
   std::vector<double> layer_s;
   layer_s.reserve(1 << 16);
+  const uint64_t backups_before = pool.backups();
   for (int round = 0; round < kRounds; ++round) {
     round_stream.push_back(stream.Measure(2));
     int64_t round_layers = 0;
@@ -181,12 +183,16 @@ nlohmann::json TimeLayer(experts::ExpertPool& pool, const ExpertBank& bank, cons
   j["layer_us_p99"] = p99 * 1e6;
   j["layer_us_max"] = slowest * 1e6;
   j["bandwidth_ratio_p50_layer"] = bytes / p50 / 1e9 / stream_gbps;
+  // Items rerun because their first run was late (PoolOptions::backup_us).
+  j["backups"] = pool.backups() - backups_before;
   const auto [lo, hi] = std::minmax_element(round_ratio.begin(), round_ratio.end());
   std::printf(
       "%-28s %-5s experts %2d rows %d: %9.1f us/layer  %6.2f GB/s  %.2f of stream (%.1f GB/s; "
-      "rounds %.2f-%.2f; layers p50 %.1f p90 %.1f p99 %.1f max %.1f us)\n",
+      "rounds %.2f-%.2f; layers p50 %.1f p90 %.1f p99 %.1f max %.1f us; %llu backups in %lld "
+      "layers)\n",
       name, j["type"].get<std::string>().c_str(), n_experts, rows, s * 1e6, bytes / s / 1e9, ratio,
-      stream_gbps, *lo, *hi, p50 * 1e6, p90 * 1e6, p99 * 1e6, slowest * 1e6);
+      stream_gbps, *lo, *hi, p50 * 1e6, p90 * 1e6, p99 * 1e6, slowest * 1e6,
+      static_cast<unsigned long long>(j["backups"].get<uint64_t>()), static_cast<long long>(layers));
   return j;
 }
 
@@ -195,6 +201,7 @@ int BenchExperts(const Options& o) {
   po.threads = o.threads;
   po.isa = o.isa;
   po.numa = o.numa;
+  po.backup_us = o.backup_us;
   auto pool = experts::ExpertPool::Create(po);
   if (!pool.ok()) {
     std::fprintf(stderr, "tandem bench experts: %s\n", std::string(pool.status().message()).c_str());
@@ -205,6 +212,7 @@ int BenchExperts(const Options& o) {
   report["threads"] = p.threads();
   report["isa"] = experts::IsaName(p.isa());
   report["spin_us"] = p.spin_us();
+  report["backup_us"] = p.backup_us();
   report["distinct_experts_per_type"] = o.n_expert;
   nlohmann::json nodes = nlohmann::json::array();
   std::printf("pool: %d threads on %zu NUMA node(s):", p.threads(), p.nodes().size());
@@ -313,6 +321,10 @@ void RegisterBench(CLI::App& app, int* exit_code) {
                "One arena over every core and weights unbound, instead of an arena per NUMA node "
                "with each node's home experts bound to its memory");
   ex->add_option("--seconds", options->seconds, "Time per case")->check(CLI::PositiveNumber);
+  ex->add_option("--backup-us", options->backup_us,
+                 "Rerun a gate/up or down item of a small layer on an idle thread once it has run "
+                 "this long, and use whichever run finishes first (negative: never)")
+      ->capture_default_str();
   ex->add_option("--experts", options->n_expert, "Distinct experts per type (working set)")
       ->check(CLI::Range(10, 4096));
   ex->callback([options, exit_code] { *exit_code = BenchExperts(*options); });
