@@ -285,9 +285,10 @@ constexpr uint32_t kItemDone = 1, kItemBackupTaken = 2, kItemLane1 = 4;
 
 // Job sets. Backups leave runs behind that may outlast their job (the loser of an item finishes
 // its run after the winner's result was used), so a job's description and scratch live in a set
-// that is not reused while any thread is still inside it. Small jobs (the ones that take backups)
-// rotate over kSmallSets sets, so a thread descheduled for up to kSmallSets layers holds nothing
-// up; large jobs (prefill) take no backups and use set 0.
+// that is not reused while any thread is still inside it. Small jobs (the ones that take backups,
+// and RunEmpty's) rotate over kSmallSets sets, so a thread descheduled for up to kSmallSets layers
+// holds nothing up, and back-to-back layers never wait for the workers to leave the last one;
+// large jobs (prefill) take no backups and use set 0.
 constexpr int kSmallSets = 16;
 constexpr int kMaxBackedUpJobs = 64;  // (row, expert) jobs of a layer for it to take backups
 constexpr int kEpochSlots = 64;       // the set of epoch e is epoch_set[e % kEpochSlots]
@@ -563,10 +564,10 @@ void ExpertPool::Participate(uint64_t epoch, int node, int thread) {
   me.in_set.store(0, std::memory_order_release);
 }
 
-ExpertPool::JobSet& ExpertPool::TakeJobSet(bool backups) {
+ExpertPool::JobSet& ExpertPool::TakeJobSet(bool small, bool backups) {
   Impl& impl = *impl_;
-  const int index = backups ? 1 + impl.next_small : 0;
-  if (backups) impl.next_small = (impl.next_small + 1) % kSmallSets;
+  const int index = small ? 1 + impl.next_small : 0;
+  if (small) impl.next_small = (impl.next_small + 1) % kSmallSets;
   // Wait until no thread is inside the set (normally at once: a thread still there is finishing a
   // run that lost to a backup kSmallSets layers ago, or is leaving a large job).
   for (int t = 1; t < n_threads_; ++t) {
@@ -605,7 +606,7 @@ void ExpertPool::Post(JobSet& set) {
 
 void ExpertPool::RunEmpty() {
   // One no-op item per thread: the claim, completion count and join a real layer pays.
-  JobSet& set = TakeJobSet(false);
+  JobSet& set = TakeJobSet(true, false);
   set.ranges[0].Set({{0, static_cast<uint32_t>(threads())}});
   for (int l = 1; l < impl_->n_lists; ++l) set.ranges[l].Set({});
   set.noop = true;
@@ -702,7 +703,8 @@ absl::Status ExpertPool::Run(const ExpertWeights& w, std::span<const ExpertJob> 
   if (gate_up_dot == nullptr || down_dot == nullptr) {
     return absl::UnimplementedError("expert pool: no kernel for these weight types on this ISA");
   }
-  JobSet& set = TakeJobSet(backup_us_ >= 0 && static_cast<int>(jobs.size()) <= kMaxBackedUpJobs);
+  const bool small = static_cast<int>(jobs.size()) <= kMaxBackedUpJobs;
+  JobSet& set = TakeJobSet(small, small && backup_us_ >= 0);
   set.noop = false;
   set.gate_up_dot = gate_up_dot;
   set.down_dot = down_dot;

@@ -136,7 +136,7 @@ class ExpertPool {
   struct Impl;
   ExpertPool() = default;
   struct JobSet;
-  JobSet& TakeJobSet(bool backups);
+  JobSet& TakeJobSet(bool small, bool backups);
   void Post(JobSet& set);
   void Participate(uint64_t epoch, int node, int thread);
   void WorkerMain(int node);
