@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# A/B of `tandem bench experts` builds on the device host, alternating so that the host's noise
+# falls on every variant alike. Each variant is a folder holding `tandem` (built on the CPU VM):
+#   REPEAT=3 OUT=$OUT bash tools/device/experts_ab.sh /tmp/v/main /tmp/v/next
+# Prints, per run, the 10-expert and top-8 lines, the summary and the CPU steal ticks during the
+# run (/proc/stat: time the hypervisor ran something else on our CPUs). JSON to $OUT. ARGS adds
+# bench flags to every run (e.g. ARGS="--backup-us -1").
+set -uo pipefail
+out=${OUT:-out}
+mkdir -p "$out"
+steal() { awk '/^cpu / {print $9}' /proc/stat; }
+for pass in $(seq "${REPEAT:-1}"); do
+  for dir in "$@"; do
+    v=$(basename "$dir")
+    s0=$(steal)
+    # shellcheck disable=SC2086
+    "$dir/tandem" bench experts ${ARGS:-} --json "$out/${v}_experts_$pass.json" \
+      > "$out/${v}_experts_$pass.log" 2>&1
+    rc=$?
+    echo "$v pass $pass rc=$rc steal_ticks=$(( $(steal) - s0 ))"
+    grep -E "experts 10 rows 1|top-8|^empty|^summary" "$out/${v}_experts_$pass.log" | sed "s/^/  /"
+  done
+done
