@@ -18,6 +18,18 @@
 // items are always being worked on. The caller's thread claims items too, so a job finishes even
 // if no worker shows up. Which thread runs an item never changes a result: every item writes its
 // own outputs and C adds the partials in job order.
+//
+// Backups. A thread descheduled while it holds an item stalls the layer until it runs again (a
+// scheduler slice, milliseconds). So in small layers (decode and verify) a thread that waits, in
+// any item or at the end of the job, reruns a claimed A or B item of an earlier phase than the one
+// it waits in once that item has been claimed for backup_us: at most one backup per item. Each
+// run writes its outputs in its own lane (0: the claimer, 1: the backup) and the first to finish
+// publishes its lane in the item's state word, then counts the item done; readers (Q, C) take
+// each item's winning lane, so a losing run, which goes on writing its lane, is never read. The
+// short X, Q and C items (C writes the caller's `out`) run once. A losing run can outlast its job,
+// so each job lives in a job set (description, scratch, counters) that is reused only when no
+// thread is inside it; small jobs rotate over several sets. The deadlock argument above holds: a
+// wait in phase P reruns only items of phases below P, which never wait for it.
 #include "experts/pool.h"
 
 #include <hwloc.h>
