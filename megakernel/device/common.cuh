@@ -36,14 +36,15 @@ __device__ __forceinline__ float HalfBitsToFloat(uint32_t bits16) {
 __device__ __forceinline__ float Silu(float x) { return x / (1.0f + expf(-x)); }
 __device__ __forceinline__ float Sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-// Loads of data read once per step: the weights, and the KV cache in the attention team path.
-// They are "cache streaming" (ld.global.cs: lines allocated evict-first in L1 and L2). The ~2 GB
-// of weights a token streams through the 50 MB L2 otherwise pushed out what is reused within and
-// between launches (the kernels' code, the residual and projected rows, the route tables), which
-// then came back from memory: every phase of both layer halves shortened with this, +11% / +10%
-// tok/s on the H200, and the KV cache read the same way +14% / +4% at 16k keys (session 11,
-// docs/perf/megakernel.md). An L2-only evict-first hint (createpolicy) and a 128-byte L2 fetch
-// measured the same.
+// Loads of data read once per step: the weights and the KV cache. They are "cache streaming"
+// (ld.global.cs: lines allocated evict-first in L1 and L2). The ~2 GB of weights a token streams
+// through the 50 MB L2 otherwise pushed out what is reused within and between launches (the
+// kernels' code, the residual and projected rows, the route tables), which then came back from
+// memory: every phase of both layer halves shortened with this, +11% / +10% tok/s on the H200,
+// and the KV cache read the same way +14% / +4% at 16k keys (session 11) and +11% / +3% at 8k
+// keys (session 12, the one-head path, whose heads of a group read the same rows; at 4k keys
+// +0.5%; docs/perf/megakernel.md). An L2-only evict-first hint (createpolicy), 128- and 256-byte
+// L2 fetches measured the same.
 template <class T>
 __device__ __forceinline__ T LoadStreaming(const T* p) {
   return __ldcs(p);

@@ -224,9 +224,9 @@ __device__ __forceinline__ void StageQueries(const MixerArgs& A, int r, int h0, 
 // dimensions (PL a lane, per_lane of them real), all loads before any use: one round trip per
 // batch instead of one per key (a loop of dependent round trips cost 33 us per layer at 512 keys,
 // phase timeline 2026-11-29). Keys past the step load its last key again (a valid row); the
-// caller weighs them with 0. kStream: the rows are read once per step (the team path), so they
-// are loaded as streaming (LoadStreaming).
-template <int kBatch, int PL, bool kStream = false>
+// caller weighs them with 0. Loaded as streaming (LoadStreaming): the cache is read once per step
+// in the team path, and a few times from L2 in the one-head path.
+template <int kBatch, int PL>
 __device__ __forceinline__ void LoadValueRows(const float* v_base, int kv_dim, int j0, int jj0,
                                               int n, int per_lane, float (&vb)[kBatch][PL]) {
 #pragma unroll
@@ -235,7 +235,7 @@ __device__ __forceinline__ void LoadValueRows(const float* v_base, int kv_dim, i
 #pragma unroll
     for (int t = 0; t < PL; ++t) {
       const float* at = vj + Lane() + 32 * t;
-      vb[b][t] = t < per_lane ? (kStream ? LoadStreaming(at) : *at) : 0.0f;
+      vb[b][t] = t < per_lane ? LoadStreaming(at) : 0.0f;
     }
   }
 }
@@ -295,7 +295,8 @@ __device__ void AttentionHeadPartials(const MixerArgs& A, const AttentionSplit& 
         float acc0 = 0, acc1 = 0;
 #pragma unroll 8
         for (int d = 0; d < hd / 4; d += 2) {
-          const float4 a = k4[d], b = q4[d], a2 = k4[d + 1], b2 = q4[d + 1];
+          const float4 a = LoadStreaming(k4 + d), b = q4[d], a2 = LoadStreaming(k4 + d + 1),
+                       b2 = q4[d + 1];
           acc0 += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
           acc1 += a2.x * b2.x + a2.y * b2.y + a2.z * b2.z + a2.w * b2.w;
         }
@@ -313,7 +314,7 @@ __device__ void AttentionHeadPartials(const MixerArgs& A, const AttentionSplit& 
       constexpr int kValueBatch = 64 / PL < 16 ? 64 / PL : 16;
       for (int jj0 = 0; jj0 < n; jj0 += kValueBatch) {
         float vb[kValueBatch][PL];
-        LoadValueRows(v_base, kv_dim, j0, jj0, n, per_lane, vb);
+        LoadValueRows<kValueBatch, PL>(v_base, kv_dim, j0, jj0, n, per_lane, vb);
 #pragma unroll
         for (int b = 0; b < kValueBatch; ++b) {
           const float pj = __shfl_sync(kFullMask, p, jj0 + b);  // 0 past the chunk's keys
@@ -413,7 +414,7 @@ __device__ void AttentionTeamPartials(const MixerArgs& A, const AttentionSplit& 
 #pragma unroll 1
       for (int jj0 = 0; jj0 < n; jj0 += kValueBatch) {
         float vb[kValueBatch][PL];
-        LoadValueRows<kValueBatch, PL, true>(v_base, kv_dim, j0, jj0, n, per_lane, vb);
+        LoadValueRows<kValueBatch, PL>(v_base, kv_dim, j0, jj0, n, per_lane, vb);
 #pragma unroll
         for (int b = 0; b < kValueBatch; ++b) {
 #pragma unroll
