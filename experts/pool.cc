@@ -309,8 +309,8 @@ constexpr int kEpochSlots = 64;       // the set of epoch e is epoch_set[e % kEp
 
 struct ExpertPool::JobSet {
   // The job, stable while any thread is inside this set (ThreadState::in_set).
-  bool noop = false;     // RunEmpty's job: items do nothing
-  bool backups = false;  // phase A and B items may be run a second time
+  bool noop = false;                 // RunEmpty's job: items do nothing
+  bool backups = false;              // phase A and B items may be run a second time
   uint32_t phase_end[kPhases] = {};  // cumulative item counts
   ExpertWeights w;
   const float* x = nullptr;
@@ -634,9 +634,7 @@ ExpertPool::ClaimCounts ExpertPool::claim_counts() const {
   return c;
 }
 
-uint64_t ExpertPool::backups() const {
-  return impl_->backups.load(std::memory_order_relaxed);
-}
+uint64_t ExpertPool::backups() const { return impl_->backups.load(std::memory_order_relaxed); }
 
 absl::StatusOr<int64_t> ExpertPool::BindWeights(const ExpertWeights& w) {
   Impl& impl = *impl_;
@@ -811,7 +809,6 @@ absl::Status ExpertPool::Run(const ExpertWeights& w, std::span<const ExpertJob> 
   return absl::OkStatus();
 }
 
-
 void ExpertPool::Await(JobSet& set, const std::atomic<uint32_t>& counter, uint32_t target,
                        int below_phase) {
   // While the count is short, run late items of the phases below `below_phase` (the items that
@@ -858,9 +855,14 @@ void ExpertPool::RunItem(JobSet& set, uint32_t item, int lane) {
   // read. Release here and below: a reader that acquires the counts sees the outputs and lane.
   auto finish = [&set, item, lane](std::atomic<uint32_t>& count) {
     if (set.backups) {
-      const uint32_t prev = set.item_state[item].fetch_or(kItemDone | (lane == 1 ? kItemLane1 : 0u),
-                                                          std::memory_order_acq_rel);
-      if ((prev & kItemDone) != 0) return;  // the other run finished first
+      // Done and the lane in one step, only if the other run has not finished first.
+      std::atomic<uint32_t>& state = set.item_state[item];
+      const uint32_t mine = kItemDone | (lane == 1 ? kItemLane1 : 0u);
+      uint32_t s = state.load(std::memory_order_relaxed);
+      do {
+        if ((s & kItemDone) != 0) return;
+      } while (!state.compare_exchange_weak(s, s | mine, std::memory_order_release,
+                                            std::memory_order_relaxed));
     }
     count.fetch_add(1, std::memory_order_release);
     set.done_total.fetch_add(1, std::memory_order_acq_rel);
@@ -889,10 +891,10 @@ void ExpertPool::RunItem(JobSet& set, uint32_t item, int lane) {
     }
     float* h = set.gate[lane].data() + static_cast<int64_t>(g.first) * w.n_ff + f0;
     float* u = set.up[lane].data() + static_cast<int64_t>(g.first) * w.n_ff + f0;
-    set.gate_up_dot(w.gate.Expert(g.expert) + f0 * w.gate.row_bytes, w.gate.row_bytes, nf,
-                    w.hidden, act, g.count, h, w.n_ff);
-    set.gate_up_dot(w.up.Expert(g.expert) + f0 * w.up.row_bytes, w.up.row_bytes, nf, w.hidden,
-                    act, g.count, u, w.n_ff);
+    set.gate_up_dot(w.gate.Expert(g.expert) + f0 * w.gate.row_bytes, w.gate.row_bytes, nf, w.hidden,
+                    act, g.count, h, w.n_ff);
+    set.gate_up_dot(w.up.Expert(g.expert) + f0 * w.up.row_bytes, w.up.row_bytes, nf, w.hidden, act,
+                    g.count, u, w.n_ff);
     for (int a = 0; a < g.count; ++a) {
       for (int r = 0; r < nf; ++r) h[a * w.n_ff + r] = Silu(h[a * w.n_ff + r]) * u[a * w.n_ff + r];
     }
@@ -930,8 +932,8 @@ void ExpertPool::RunItem(JobSet& set, uint32_t item, int lane) {
       act[a] = set.hq.data() + static_cast<int64_t>(g.first + a) * set.hq_stride;
     }
     float* part = set.down[lane].data() + static_cast<int64_t>(g.first) * w.hidden + c0;
-    set.down_dot(w.down.Expert(g.expert) + c0 * w.down.row_bytes, w.down.row_bytes, nc, w.n_ff,
-                 act, g.count, part, w.hidden);
+    set.down_dot(w.down.Expert(g.expert) + c0 * w.down.row_bytes, w.down.row_bytes, nc, w.n_ff, act,
+                 g.count, part, w.hidden);
     finish(set.b_done);
     return;
   }
@@ -942,12 +944,13 @@ void ExpertPool::RunItem(JobSet& set, uint32_t item, int lane) {
   const int64_t c1 = std::min<int64_t>(c0 + set.sum_slice, w.hidden);
   for (int j = 0; j < set.n_jobs; ++j) {
     const ExpertJob& job = set.sorted[j];
-    const uint32_t b0 = set.phase_end[2] + static_cast<uint32_t>(set.slot_group[j] * set.out_slices);
+    const uint32_t b0 =
+        set.phase_end[2] + static_cast<uint32_t>(set.slot_group[j] * set.out_slices);
     float* o = set.out + static_cast<int64_t>(job.row) * w.hidden;
     for (int64_t c = c0; c < c1;) {
       const int64_t k = c / set.out_slice, end = std::min<int64_t>((k + 1) * set.out_slice, c1);
-      const float* part =
-          set.down[lane_of(b0 + static_cast<uint32_t>(k))].data() + static_cast<int64_t>(j) * w.hidden;
+      const float* part = set.down[lane_of(b0 + static_cast<uint32_t>(k))].data() +
+                          static_cast<int64_t>(j) * w.hidden;
       for (; c < end; ++c) o[c] += job.weight * part[c];
     }
   }

@@ -192,7 +192,8 @@ nlohmann::json TimeLayer(experts::ExpertPool& pool, const ExpertBank& bank, cons
       "layers)\n",
       name, j["type"].get<std::string>().c_str(), n_experts, rows, s * 1e6, bytes / s / 1e9, ratio,
       stream_gbps, *lo, *hi, p50 * 1e6, p90 * 1e6, p99 * 1e6, slowest * 1e6,
-      static_cast<unsigned long long>(j["backups"].get<uint64_t>()), static_cast<long long>(layers));
+      static_cast<unsigned long long>(j["backups"].get<uint64_t>()),
+      static_cast<long long>(layers));
   return j;
 }
 
