@@ -98,8 +98,9 @@ uint32_t NextOf(uint64_t w) { return static_cast<uint32_t>(w & kItemMask); }
 // happens-before edges this file takes from TBB are declared to it, one key per edge:
 //   kEnqueued:       a WorkerTask copied inside arena->enqueue (and all before) -> its body;
 //   kObserverReady:  the pool and topology set up before observe(true) -> every notification;
-//   kObserverExited: an on_scheduler_exit returning -> observe(false) returning (TBB's observer
-//                    destructor contract: observe(false) waits for notifications in progress).
+//   kObserverExited: a notification (on_scheduler_entry or _exit) returning -> observe(false)
+//                    returning (TBB's observer destructor contract: observe(false) waits for
+//                    notifications in progress).
 // No-ops outside TSan builds. What TSan still reports inside TBB's own headers is suppressed,
 // line by line with reasons, in tests/experts/tsan.supp.
 enum class TbbEdge { kEnqueued, kObserverReady, kObserverExited };
@@ -385,6 +386,7 @@ class Pinner : public tbb::task_scheduler_observer {
     hwloc_obj_t core = hwloc_get_obj_by_type(topo_, PinUnitType(topo_),
                                              static_cast<unsigned>(cores_[slot % cores_.size()]));
     if (core != nullptr) hwloc_set_cpubind(topo_, core->cpuset, HWLOC_CPUBIND_THREAD);
+    TbbRelease(TbbEdge::kObserverExited);
   }
   void on_scheduler_exit(bool) override {
     TbbAcquire(TbbEdge::kObserverReady);
