@@ -101,7 +101,7 @@ class ExpertPool {
   // n_rows × hidden floats. An expert chosen by several rows is read once per kMaxTileRows (512)
   // of them (the kernels' tiled path past 8 rows); every expert is split across all threads
   // (gate/up rows, then down rows). x and out are not touched after Run returns, but the weight
-  // bytes may be: a thread whose item was backed up (kDefaultBackupMicros) can still be finishing
+  // bytes may be: a thread whose item was backed up (PoolOptions::backup_us) can still be finishing
   // its own run of it, so the weights must stay in memory while the pool exists.
   absl::Status Run(const ExpertWeights& w, std::span<const ExpertJob> jobs, const float* x,
                    int n_rows, float* out);

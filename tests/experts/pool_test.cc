@@ -185,10 +185,10 @@ INSTANTIATE_TEST_SUITE_P(Families, PoolManyRowsTest,
                          });
 
 // Backups (PoolOptions::backup_us): with a threshold of 0 every waiting thread reruns any claimed
-// gate/up or down item that is not done yet, so most layers finish some items on their backup
-// run (lane 1) and some runs end after their layer. The results must be bit-identical to a pool
-// that never backs up, over more layers than there are job sets (so sets are reused), with small
-// jobs (which take backups) and a large one (which does not) in between.
+// gate/up or down item that is not done yet, so many items run twice and either run may be the
+// one whose lane is read. The results must be bit-identical to a pool that never backs up, over
+// more layers than there are job sets (so sets are reused), with small jobs (which take backups)
+// and a large one (which does not) in between.
 TEST(PoolBackups, ForcedBackupsGiveTheSameBytes) {
   const ExpertData d = MakeExperts(GgmlType::kQ4_K, 256, 512, 6, 91);
   const int threads = std::max(4, static_cast<int>(std::thread::hardware_concurrency()));
