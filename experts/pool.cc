@@ -416,6 +416,7 @@ absl::StatusOr<std::unique_ptr<ExpertPool>> ExpertPool::Create(const PoolOptions
     return absl::InvalidArgumentError("expert pool: negative thread count or spin window");
   }
   pool->backup_us_ = options.backup_us;
+  pool->stall_workers_us_ = options.stall_workers_us;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   pool->n_threads_ = options.threads == 0 ? cores : options.threads;
   pool->spin_us_ = options.spin_us;
@@ -567,6 +568,16 @@ void ExpertPool::Participate(uint64_t epoch, int node, int thread) {
     uint32_t item;
     while (impl.lists[list].Claim(epoch, set.ranges[list], &item)) {
       if (set.backups) set.item_stamp[item].store(NowNs(), std::memory_order_relaxed);
+      if (stall_workers_us_ > 0 && thread != 0 && set.backups && !set.noop &&
+          ((item >= set.phase_end[0] && item < set.phase_end[1]) ||
+           (item >= set.phase_end[2] && item < set.phase_end[3]))) {
+        // Tests: stay "descheduled" until a backup has finished the item, or for the cap.
+        const int64_t until = NowNs() + int64_t{stall_workers_us_} * 1000;
+        while ((set.item_state[item].load(std::memory_order_acquire) & kItemDone) == 0 &&
+               NowNs() < until) {
+          std::this_thread::sleep_for(std::chrono::microseconds(50));
+        }
+      }
       RunItem(set, item, 0);  // waits for the items it reads, then counts itself done
       if (node_list) {
         std::atomic<uint64_t>& c = step == 1 ? me.home : me.away;

@@ -83,6 +83,10 @@ struct PoolOptions {
   std::string isa = "auto";  // auto | avx512 | avx2 | scalar
   int spin_us = kDefaultSpinMicros;
   int backup_us = kDefaultBackupMicros;
+  // Tests only: in layers that take backups, every worker (not the caller) that claims a gate/up
+  // or down item sleeps, as if descheduled, until another thread's backup has finished it or for
+  // this long, so that backups happen on any machine. 0 in real use.
+  int stall_workers_us = 0;
   bool pin = true;           // pin workers to cores with hwloc
   bool numa = true;          // one arena per NUMA node (false: one arena over every core)
   // An hwloc synthetic topology to plan threads for instead of this machine's, e.g.
@@ -150,6 +154,7 @@ class ExpertPool {
   int n_threads_ = 0;
   int spin_us_ = 0;
   int backup_us_ = 0;
+  int stall_workers_us_ = 0;
   std::unique_ptr<Impl> impl_;
 };
 
