@@ -173,6 +173,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& option
     pool_options.threads = options.threads;
     pool_options.isa = options.cpu_isa;
     pool_options.numa = options.cpu_numa;
+    pool_options.backup_us = options.cpu_backup_us;
     TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<experts::ExpertPool> pool,
                             experts::ExpertPool::Create(pool_options));
     if (pool->nodes().size() > 1) {

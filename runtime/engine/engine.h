@@ -17,12 +17,13 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "experts/pool.h"
 #include "oneapi/tbb/global_control.h"
-#include "scheduler/online_placement.h"
-#include "scheduler/routing_log.h"
 #include "runtime/model/model.h"
 #include "runtime/reference/forward.h"
 #include "runtime/text/tokenizer.h"
+#include "scheduler/online_placement.h"
+#include "scheduler/routing_log.h"
 
 namespace tandem::megakernel {
 class GpuRunner;
@@ -47,6 +48,9 @@ struct EngineOptions {
   int threads = 0;                 // CPU threads for the whole process; 0: every core
   std::string cpu_isa = "auto";    // cpu backend kernels: auto | avx512 | avx2 | scalar
   bool cpu_numa = true;  // cpu backend: a pool arena per NUMA node, experts bound to nodes
+  // cpu backend: rerun a late expert work item on an idle thread after this many µs (same
+  // results; negative: never).
+  int cpu_backup_us = experts::kDefaultBackupMicros;
   std::string tokenizer;           // optional tokenizer.json overriding the model's own
   std::string routing_log;         // append routing decisions to this file when set
   // Expert placement: "" (none), "auto" (planned from the routing seen while serving) or a

@@ -1,7 +1,7 @@
 // The engine's cpu backend (reference forward pass + routed experts in the expert pool) against
 // the fp32 reference backend on tiny synthetic models of every architecture (Q8_0 experts):
-// normalised logit error within a stated bound, and unsupported
-// expert formats refused with a message naming the format.
+// normalised logit error within a stated bound, the same logits whatever the pool's backup
+// threshold, and unsupported expert formats refused with a message naming the format.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,10 +14,12 @@ namespace tandem::engine {
 namespace {
 
 std::vector<float> Logits(const std::string& model, const std::string& backend,
-                          const std::vector<int32_t>& tokens, absl::Status* status) {
+                          const std::vector<int32_t>& tokens, absl::Status* status,
+                          int cpu_backup_us = experts::kDefaultBackupMicros) {
   EngineOptions options;
   options.model = model;
   options.backend = backend;
+  options.cpu_backup_us = cpu_backup_us;
   auto engine = Engine::Load(options);
   if (!engine.ok()) {
     *status = engine.status();
@@ -62,6 +64,18 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CpuBackendTest,
                            for (char& c : n) if (c == '-') c = '_';
                            return n;
                          });
+
+// --cpu-backup-us reaches the pool: every late item rerun (0) or none (-1), the same logits.
+TEST(CpuBackendTest, BackupThresholdDoesNotChangeLogits) {
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 5; ++i) tokens.push_back((i * 131 + 7) % 200);
+  absl::Status s_never, s_eager;
+  const std::vector<float> never = Logits("synth:tiny-flash-next", "cpu", tokens, &s_never, -1);
+  const std::vector<float> eager = Logits("synth:tiny-flash-next", "cpu", tokens, &s_eager, 0);
+  ASSERT_TRUE(s_never.ok()) << s_never;
+  ASSERT_TRUE(s_eager.ok()) << s_eager;
+  EXPECT_EQ(never, eager);
+}
 
 TEST(CpuBackendTest, UnsupportedExpertFormatIsRefusedByName) {
   absl::Status status;

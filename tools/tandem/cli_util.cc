@@ -49,6 +49,11 @@ void AddEngineFlags(CLI::App* cmd, engine::EngineOptions* options) {
                 "--backend cpu: one expert-pool arena over every core, and expert weights left "
                 "where the OS put them, instead of an arena per NUMA node with each node's share "
                 "of the experts bound to its memory (the default; same results either way)");
+  cmd->add_option("--cpu-backup-us", options->cpu_backup_us,
+                  "--backend cpu: rerun an expert work item of a decode or verify layer on an idle "
+                  "thread once it has run this long, and use whichever run finishes first, so that "
+                  "a descheduled thread does not hold the layer (same results; negative: never)")
+      ->capture_default_str();
   cmd->add_option("--threads", options->threads, "CPU threads (0: every core)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
