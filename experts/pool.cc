@@ -864,9 +864,15 @@ void ExpertPool::RunItem(JobSet& set, uint32_t item, int lane) {
     return;
   }
   const ExpertWeights& w = set.w;
-  // A and B items: the first run to finish publishes its lane; the other run's outputs are not
-  // read. Release here and below: a reader that acquires the counts sees the outputs and lane.
-  auto finish = [&set, item, lane](std::atomic<uint32_t>& count) {
+  // Counts this item done for its readers and for the job. Release: a reader that acquires the
+  // counts sees the item's outputs (and, below, its lane).
+  auto count_done = [&set](std::atomic<uint32_t>& count) {
+    count.fetch_add(1, std::memory_order_release);
+    set.done_total.fetch_add(1, std::memory_order_acq_rel);
+  };
+  // A and B items: the first run to finish publishes its lane and counts the item; the other
+  // run's outputs are not read.
+  auto finish = [&set, item, lane, &count_done](std::atomic<uint32_t>& count) {
     if (set.backups) {
       // Done and the lane in one step, only if the other run has not finished first.
       std::atomic<uint32_t>& state = set.item_state[item];
@@ -877,8 +883,7 @@ void ExpertPool::RunItem(JobSet& set, uint32_t item, int lane) {
       } while (!state.compare_exchange_weak(s, s | mine, std::memory_order_release,
                                             std::memory_order_relaxed));
     }
-    count.fetch_add(1, std::memory_order_release);
-    set.done_total.fetch_add(1, std::memory_order_acq_rel);
+    count_done(count);
   };
   auto lane_of = [&set](uint32_t i) {
     return set.backups && (set.item_state[i].load(std::memory_order_acquire) & kItemLane1) != 0 ? 1
@@ -887,8 +892,7 @@ void ExpertPool::RunItem(JobSet& set, uint32_t item, int lane) {
   if (item < set.phase_end[0]) {  // X
     QuantizeActivations(w.gate.type, set.x + static_cast<int64_t>(item) * w.hidden, w.hidden,
                         set.xq.data() + item * set.xq_stride);
-    set.x_done.fetch_add(1, std::memory_order_release);
-    set.done_total.fetch_add(1, std::memory_order_acq_rel);
+    count_done(set.x_done);
     return;
   }
   if (item < set.phase_end[1]) {  // A: gate/up rows [f0, f0 + nf) of one group
@@ -929,8 +933,7 @@ void ExpertPool::RunItem(JobSet& set, uint32_t item, int lane) {
       }
     }
     QuantizeActivations(w.down.type, row, w.n_ff, set.hq.data() + slot * set.hq_stride);
-    set.group_done[gi].fetch_add(1, std::memory_order_release);
-    set.done_total.fetch_add(1, std::memory_order_acq_rel);
+    count_done(set.group_done[gi]);
     return;
   }
   if (item < set.phase_end[3]) {  // B: output columns [c0, c0 + nc) of one group
