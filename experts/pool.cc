@@ -629,6 +629,15 @@ void ExpertPool::Post(JobSet& set) {
   Await(set, set.done_total, total_items, kPhases);
 }
 
+void ExpertPool::WaitIdle() {
+  // Acquire pairs with the release that ends Participate: every read a finished thread made in
+  // its set, of weights included, happened before this returns. A thread that enters a set after
+  // this has looked at it finds the last job fully claimed and runs nothing.
+  for (int t = 1; t < n_threads_; ++t) {
+    while (impl_->threads[t].in_set.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+  }
+}
+
 void ExpertPool::RunEmpty() {
   // One no-op item per thread: the claim, completion count and join a real layer pays.
   JobSet& set = TakeJobSet(true, false);

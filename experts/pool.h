@@ -106,9 +106,14 @@ class ExpertPool {
   // of them (the kernels' tiled path past 8 rows); every expert is split across all threads
   // (gate/up rows, then down rows). x and out are not touched after Run returns, but the weight
   // bytes may be: a thread whose item was backed up (PoolOptions::backup_us) can still be finishing
-  // its own run of it, so the weights must stay in memory while the pool exists.
+  // its own run of it. So the weights must stay in memory until WaitIdle() returns or the pool is
+  // destroyed.
   absl::Status Run(const ExpertWeights& w, std::span<const ExpertJob> jobs, const float* x,
                    int n_rows, float* out);
+
+  // Waits until no thread is still running an item of an earlier Run (a run that lost to its
+  // backup). After it returns, the weights of earlier Runs may be freed.
+  void WaitIdle();
 
   // Dispatch and join of a job of one no-op item per thread: the pool's fixed cost per layer.
   void RunEmpty();

@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 #include <hwloc.h>
+#include <sys/mman.h>
 
 #include <chrono>
 #include <random>
@@ -223,6 +224,50 @@ TEST(PoolBackups, RerunsGiveTheSameBytes) {
   EXPECT_EQ((*plain)->backups(), 0u);
   // A worker that claimed an item and slept: the caller reran it (unless no worker ever joined).
   EXPECT_GT((*stalled)->backups(), 0u) << "no item was ever rerun: the test did not test it";
+}
+
+// A run that lost to its backup can outlast its Run call and still read the weights; WaitIdle
+// waits for it. The weights live in their own mapping, which is made unreadable after every
+// WaitIdle for a millisecond (stalled workers wake within 50 µs of their item's backup finishing
+// and then run it themselves): a read that WaitIdle did not wait for faults and kills the test.
+TEST(PoolBackups, WaitIdleLetsTheCallerUnmapTheWeights) {
+  const ExpertData d = MakeExperts(GgmlType::kQ4_K, 256, 512, 6, 77);
+  const size_t sizes[3] = {d.gate.size(), d.up.size(), d.down.size()};
+  const size_t bytes = sizes[0] + sizes[1] + sizes[2];
+  void* map = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(map, MAP_FAILED);
+  uint8_t* base = static_cast<uint8_t*>(map);
+  std::copy(d.gate.begin(), d.gate.end(), base);
+  std::copy(d.up.begin(), d.up.end(), base + sizes[0]);
+  std::copy(d.down.begin(), d.down.end(), base + sizes[0] + sizes[1]);
+  const ExpertWeights w =
+      *ExpertWeights::FromBuffers(GgmlType::kQ4_K, GgmlType::kQ4_K, 256, 512, 6, base,
+                                  base + sizes[0], base + sizes[0] + sizes[1]);
+  const int threads = std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
+  auto stalled =
+      ExpertPool::Create({.threads = threads, .backup_us = 100, .stall_workers_us = 1000000});
+  ASSERT_TRUE(stalled.ok());
+  const auto start = std::chrono::steady_clock::now();
+  for (int layer = 0;
+       layer < 20 || ((*stalled)->backups() == 0 &&
+                      std::chrono::steady_clock::now() - start < std::chrono::seconds(30));
+       ++layer) {
+    const int n_rows = 1 + layer % 4;
+    const std::vector<ExpertJob> jobs = RandomJobs(n_rows, 6, 6, layer + 40);
+    const std::vector<float> x = RandomFloats(n_rows * d.hidden, layer + 80, 1.0f);
+    std::vector<float> want(x.size(), 0.0f), got(x.size(), 0.0f);
+    ReferenceExperts(d, jobs, x, &want);
+    ASSERT_TRUE((*stalled)->Run(w, jobs, x.data(), n_rows, got.data()).ok());
+    (*stalled)->WaitIdle();
+    ASSERT_EQ(mprotect(map, bytes, PROT_NONE), 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ASSERT_EQ(mprotect(map, bytes, PROT_READ), 0);
+    EXPECT_LT(NormalisedError(got.data(), want.data(), got.size()), kLayerBound)
+        << "layer " << layer;
+  }
+  EXPECT_GT((*stalled)->backups(), 0u) << "no item was ever rerun: the test did not test it";
+  stalled->reset();
+  ASSERT_EQ(munmap(map, bytes), 0);
 }
 
 TEST(PoolErrors, RefusesUnsupportedFormatsAndBadJobs) {

@@ -256,6 +256,7 @@ int BenchExperts(const Options& o) {
     if (type == quant::GgmlType::kQ4_K) {
       cases.push_back(TimeLayer(p, bank, "qwen3-30b-a3b (top-8)", 8, 1, o.seconds, stream));
     }
+    p.WaitIdle();  // a run that lost to its backup may still read this bank (ExpertPool::Run)
   }
   report["cases"] = cases;
   std::vector<double> streams;
