@@ -22,6 +22,7 @@
 #include <utility>
 
 #include "experts/kernel_decode_avx2.h"
+#include "experts/kernel_prefetch.h"
 #include "experts/kernels.h"
 
 namespace tandem::experts {
@@ -104,7 +105,12 @@ struct KRows {
   static void Run(const uint8_t* w, int64_t w_stride, int n_wrows, int64_t k,
                   const uint8_t* const* act, float* out, int64_t out_stride) {
     using B = typename Format<T>::Block;
+    // The first rows are requested at the start (a call is one pool item), then one row per row.
+    const int64_t row_bytes = k / B::kElems * static_cast<int64_t>(sizeof(B));
+    const int ahead = PrefetchRowsAhead(w_stride);
+    for (int r = 0; r < std::min(ahead, n_wrows); ++r) PrefetchBytes(w + r * w_stride, row_bytes);
     for (int r = 0; r < n_wrows; ++r) {
+      if (r + ahead < n_wrows) PrefetchBytes(w + (r + ahead) * w_stride, row_bytes);
       const B* wb = reinterpret_cast<const B*>(w + r * w_stride);
       float sums[N];
       KRowDot<V, Format<T>, N>([wb](int64_t j) { return KSource<T>{wb[j]}; }, 0, k / B::kElems, act,
