@@ -7,6 +7,7 @@
 // fifth's ratio is taken against that measurement (TimeLayer): on a shared host (the 16-core H200
 // host moved between 55 and 102 GB/s within one run, 2026-11-30) a single figure from the start
 // compared layers with another moment's machine.
+#include <hwloc.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -35,13 +36,14 @@ struct Options {
   std::string isa = "auto";
   bool numa = true;
   double seconds = 0.5;  // per case
-  int n_expert = 128;    // distinct experts per type, rotated
+  int n_expert = 0;      // distinct experts per type, rotated; 0: BankExperts
+
   int backup_us = experts::kDefaultBackupMicros;
 };
 
-// Streaming read bandwidth over one 1 GiB buffer (filled once), each of `threads` threads reading
-// its slice. Passes alternate two loops and the best pass counts: plain 64-bit loads into four
-// sums, and 16-byte loads with a software prefetch 4 KiB ahead (as the expert kernels do,
+// Streaming read bandwidth over one buffer (filled once; ProbeBytes), each of `threads` threads
+// reading its slice. Passes alternate two loops and the best pass counts: plain 64-bit loads into
+// four sums, and 16-byte loads with a software prefetch 4 KiB ahead (as the expert kernels do,
 // experts/kernel_prefetch.h). On the 16-core host the plain loop alone read 78-89 GB/s while the
 // prefetching kernels streamed expert weights at up to 1.13x that (2026-11-30): a ceiling has to
 // be read the way the fastest reader reads.
@@ -49,10 +51,10 @@ class StreamProbe {
  public:
   // Each thread fills the slice it will read, so on a NUMA host the slices start out on the nodes
   // of the threads that read them (first touch; the threads are not pinned).
-  explicit StreamProbe(int threads)
+  StreamProbe(int threads, size_t bytes)
       : threads_(threads),
-        buf_(new uint64_t[(size_t{1} << 30) / 8]),
-        size_((size_t{1} << 30) / 8),
+        buf_(new uint64_t[bytes / 8]),
+        size_(bytes / 8),
         slice_(size_ / threads / 8 * 8),
         sums_(threads * 8) {
     std::vector<std::thread> fill;
@@ -120,6 +122,42 @@ class StreamProbe {
   size_t slice_;  // words each thread reads: whole 64-byte lines
   std::vector<uint64_t> sums_;
 };
+
+// The largest CPU cache hwloc finds (bytes; 32 MiB when it finds none). The working sets of the
+// bench are sized from it: the 16-core host's VM has a 300 MiB L3, which held part of a 128-expert
+// bank (260-340 MB) between its visits, while the 2-core VM has 32 MiB. (glibc's
+// sysconf(_SC_LEVEL3_CACHE_SIZE) says 320 MiB on the latter.)
+int64_t LargestCacheBytes() {
+  static const int64_t bytes = [] {
+    int64_t largest = 0;
+    hwloc_topology_t topo;
+    if (hwloc_topology_init(&topo) != 0) return largest;
+    if (hwloc_topology_load(topo) == 0) {
+      for (hwloc_obj_type_t type : {HWLOC_OBJ_L2CACHE, HWLOC_OBJ_L3CACHE, HWLOC_OBJ_L4CACHE}) {
+        for (hwloc_obj_t o = hwloc_get_next_obj_by_type(topo, type, nullptr); o != nullptr;
+             o = hwloc_get_next_obj_by_type(topo, type, o)) {
+          largest = std::max<int64_t>(largest, static_cast<int64_t>(o->attr->cache.size));
+        }
+      }
+    }
+    hwloc_topology_destroy(topo);
+    return largest;
+  }();
+  return bytes > 0 ? bytes : int64_t{32} << 20;
+}
+
+// Bytes of the stream probe's buffer: four times the largest cache, at least 1 GiB.
+size_t ProbeBytes() {
+  return static_cast<size_t>(std::max<int64_t>(int64_t{1} << 30, 4 * LargestCacheBytes())) /
+         (1 << 20) * (1 << 20);
+}
+
+// Distinct experts of one type the bench rotates over: enough that the bank is four times the
+// largest cache, and at least 128.
+int BankExperts(int64_t expert_bytes) {
+  return static_cast<int>(
+      std::max<int64_t>(128, (4 * LargestCacheBytes() + expert_bytes - 1) / expert_bytes));
+}
 
 struct ExpertBank {
   std::vector<uint8_t> gate, up, down;
@@ -243,7 +281,7 @@ int BenchExperts(const Options& o) {
   report["isa"] = experts::IsaName(p.isa());
   report["spin_us"] = p.spin_us();
   report["backup_us"] = p.backup_us();
-  report["distinct_experts_per_type"] = o.n_expert;
+  report["largest_cache_bytes"] = LargestCacheBytes();
   nlohmann::json nodes = nlohmann::json::array();
   std::printf("pool: %d threads on %zu NUMA node(s):", p.threads(), p.nodes().size());
   for (const experts::PoolNode& n : p.nodes()) {
@@ -252,16 +290,23 @@ int BenchExperts(const Options& o) {
   }
   std::printf("\n");
   report["numa_nodes"] = nodes;
-  StreamProbe stream(p.threads());
+  StreamProbe stream(p.threads(), ProbeBytes());
   const double stream_first = stream.Measure(5);
-  std::printf("stream read, %d threads: %.2f GB/s (measured again in every round of every case)\n",
-              p.threads(), stream_first);
+  std::printf(
+      "stream read, %d threads, %.2f GiB buffer (largest cache %.0f MiB): %.2f GB/s (measured "
+      "again "
+      "in every round of every case)\n",
+      p.threads(), ProbeBytes() / 1073741824.0, LargestCacheBytes() / 1048576.0, stream_first);
   report["stream_gbps_first"] = stream_first;
 
   nlohmann::json cases = nlohmann::json::array();
   double best_ratio = 0, rows1_us = 0, rows4_us = 0;
   for (quant::GgmlType type : {quant::GgmlType::kQ3_K, quant::GgmlType::kQ4_K}) {
-    const ExpertBank bank = MakeBank(type, 2048, 768, o.n_expert);
+    const int n_bank =
+        o.n_expert > 0 ? o.n_expert : BankExperts(3 * quant::RowBytes(type, 2048) * 768);
+    const ExpertBank bank = MakeBank(type, 2048, 768, n_bank);
+    std::printf("%s bank: %d experts, %.2f GB rotated\n", quant::GetTypeInfo(type).name, n_bank,
+                static_cast<double>(bank.w.ExpertBytes()) * n_bank / 1e9);
     if (p.nodes().size() > 1) {
       // Each node's home experts on its own memory, as the engine binds a model's.
       absl::StatusOr<int64_t> bound = p.BindWeights(bank.w);
@@ -272,7 +317,8 @@ int BenchExperts(const Options& o) {
       }
     }
     report["working_set_bytes_" + std::string(quant::GetTypeInfo(type).name)] =
-        bank.w.ExpertBytes() * o.n_expert;
+        bank.w.ExpertBytes() * n_bank;
+    report["distinct_experts_" + std::string(quant::GetTypeInfo(type).name)] = n_bank;
     for (int e : {1, 2, 10}) {
       nlohmann::json j = TimeLayer(p, bank, "flash-next", e, 1, o.seconds, stream);
       if (e >= 2) best_ratio = std::max(best_ratio, j["bandwidth_ratio"].get<double>());
@@ -356,7 +402,9 @@ void RegisterBench(CLI::App& app, int* exit_code) {
                  "Rerun a gate/up or down item of a small layer on an idle thread once it has run "
                  "this long, and use whichever run finishes first (negative: never)")
       ->capture_default_str();
-  ex->add_option("--experts", options->n_expert, "Distinct experts per type (working set)")
+  ex->add_option("--experts", options->n_expert,
+                 "Distinct experts per type, rotated (working set; default: enough for four "
+                 "times the largest CPU cache, at least 128)")
       ->check(CLI::Range(10, 4096));
   ex->callback([options, exit_code] { *exit_code = BenchExperts(*options); });
 }
