@@ -4,18 +4,10 @@
 #include <vector>
 
 #include "megakernel/launch.h"
+#include "runtime/base/stats.h"
 #include "runtime/quant/ggml_type.h"
 
 namespace tandem::megakernel {
-namespace {
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-}  // namespace
-
 cudaError_t MeasureHbmCopyGbps(uint64_t bytes, int reps, double* gbps) {
   void *a = nullptr, *b = nullptr;
   cudaEvent_t start = nullptr, stop = nullptr;

@@ -23,6 +23,7 @@
 #include "CLI/CLI.hpp"
 #include "experts/pool.h"
 #include "nlohmann/json.hpp"
+#include "runtime/base/stats.h"
 #include "runtime/quant/codec.h"
 #include "tools/tandem/cli_util.h"
 #include "tools/tandem/commands.h"
@@ -178,13 +179,6 @@ ExpertBank MakeBank(quant::GgmlType type, int64_t hidden, int64_t n_ff, int n_ex
                                              b.up.data(), b.down.data());
   return b;
 }
-
-// The element at fraction q of v in ascending order (q = 0.5: the upper median, 1: the largest).
-double Quantile(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
-}
-double Median(std::vector<double> v) { return Quantile(std::move(v), 0.5); }
 
 // One layer of `n_experts` experts, each chosen by all `rows` rows; experts rotate every layer.
 // The case runs in kRounds rounds, each measuring the stream bandwidth (best of 2 passes) and then

@@ -14,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
+#include "runtime/base/stats.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/engine/engine.h"
 #include "runtime/model/validate.h"
@@ -64,8 +65,7 @@ absl::StatusOr<double> TimeSteps(megakernel::GpuRunner& gpu, int rows, int pos, 
     if (i >= 3) times.push_back(Seconds(Clock::now() - t0));  // 3 warm-up steps
     if (rows > 1) TANDEM_RETURN_IF_ERROR(gpu.Rollback(rows, 1));
   }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  return Median(std::move(times));
 }
 
 // Where a decode step's time goes, from block 0's clock at every phase start (megakernel mode,
