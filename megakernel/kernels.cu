@@ -6,6 +6,8 @@
 // 2026-11-29, ncu per-op profile of synth:qwen3-30b-a3b).
 #include <cooperative_groups.h>
 
+#include <atomic>
+
 #include "megakernel/device/head.cuh"
 #include "megakernel/device/mixer.cuh"
 #include "megakernel/device/moe.cuh"
@@ -128,13 +130,23 @@ const void* KernelOf(Half half, int rows_variant) {
   return nullptr;
 }
 
-// Whether the current device takes programmatic dependent launches (compute capability 9.0+).
+// Whether the current device takes programmatic dependent launches (compute capability 9.0+),
+// asked once per device: one process may drive cards of different generations.
 bool DeviceHasPdl() {
-  int device = 0, major = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+  constexpr int kCachedDevices = 64;
+  static std::atomic<int> known[kCachedDevices] = {};  // 0: not asked yet, 1: no, 2: yes
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  const bool cached = device >= 0 && device < kCachedDevices;
+  if (cached) {
+    const int k = known[device].load(std::memory_order_relaxed);
+    if (k != 0) return k == 2;
+  }
+  int major = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
     return false;
   }
+  if (cached) known[device].store(major >= 9 ? 2 : 1, std::memory_order_relaxed);
   return major >= 9;
 }
 
@@ -143,7 +155,7 @@ bool DeviceHasPdl() {
 // (WaitForPreviousLaunch), so it may be scheduled before that launch has drained.
 cudaError_t Launch(const void* kernel, int grid, int64_t smem, bool cooperative, bool overlap,
                    void** params, cudaStream_t stream) {
-  static const bool pdl = DeviceHasPdl();
+  const bool pdl = DeviceHasPdl();
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(grid);
   config.blockDim = dim3(kBlockThreads);
