@@ -1,14 +1,17 @@
 // Lab for the expert kernels: one kernel call (weight rows × 1..8, 64 or 512 activation rows) per
-// ISA and format, over a weight set larger than L3 (rotated per iteration) so the number is a
-// streaming rate, next to the same call on one L2-resident matrix (the kernel's compute ceiling)
-// and a one-thread streaming read (the memory ceiling one core sees). Reports weight bytes/s;
-// `tandem bench experts` is the scenario benchmark with ratios against all cores' bandwidth.
+// ISA and format, over a weight set four times the largest cache (rotated per iteration) so the
+// number is a streaming rate, next to the same call on one L2-resident matrix (the kernel's compute
+// ceiling) and a one-thread streaming read (the memory ceiling one core sees). Reports weight
+// bytes/s; `tandem bench experts` is the scenario benchmark with ratios against all cores'
+// bandwidth.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
 #include "experts/kernels.h"
+#include "experts/topology.h"
 #include "runtime/quant/codec.h"
 
 namespace tandem::experts {
@@ -26,7 +29,9 @@ void BM_Dot(benchmark::State& state, quant::GgmlType type, Isa isa, bool hot, in
   const int64_t rows = hot ? 64 * 2048 / k : 768 * 2048 / k;
   const int64_t row_bytes = quant::RowBytes(type, k);
   const int64_t matrix_bytes = rows * row_bytes;
-  const int copies = hot ? 1 : static_cast<int>((256ll << 20) / matrix_bytes) + 1;  // > any L3
+  // Cold: copies rotated over four times the largest cache (at least 256 MiB).
+  const int64_t cold_bytes = std::max<int64_t>(256ll << 20, 4 * LargestCacheBytes());
+  const int copies = hot ? 1 : static_cast<int>(cold_bytes / matrix_bytes) + 1;
   std::vector<uint8_t> w(static_cast<size_t>(matrix_bytes * copies));
   quant::RandomizeBlocks(type, 1, 0.05f, w.data(),
                          copies * rows * k / quant::GetTypeInfo(type).block_elems);
@@ -50,9 +55,11 @@ void BM_Dot(benchmark::State& state, quant::GgmlType type, Isa isa, bool hot, in
   state.SetBytesProcessed(state.iterations() * matrix_bytes);
 }
 
-// One thread summing 1 GiB with 64-bit loads: the most one core streams from memory.
+// One thread summing max(1 GiB, 4 x the largest cache) with 64-bit loads: what one core streams
+// from memory.
 void BM_StreamRead(benchmark::State& state) {
-  std::vector<uint64_t> buf((size_t{1} << 30) / 8);
+  std::vector<uint64_t> buf(
+      static_cast<size_t>(std::max<int64_t>(int64_t{1} << 30, 4 * LargestCacheBytes())) / 8);
   for (size_t i = 0; i < buf.size(); ++i) buf[i] = i;
   for (auto _ : state) {
     uint64_t a = 0, b = 0, c = 0, d = 0;

@@ -60,4 +60,27 @@ absl::StatusOr<std::vector<PoolNode>> PlanPoolNodes(hwloc_topology_t topology, i
   return plan;
 }
 
+int64_t LargestCacheBytes(hwloc_topology_t topology) {
+  int64_t largest = 0;
+  for (hwloc_obj_type_t type : {HWLOC_OBJ_L2CACHE, HWLOC_OBJ_L3CACHE, HWLOC_OBJ_L4CACHE}) {
+    for (hwloc_obj_t o = hwloc_get_next_obj_by_type(topology, type, nullptr); o != nullptr;
+         o = hwloc_get_next_obj_by_type(topology, type, o)) {
+      largest = std::max<int64_t>(largest, static_cast<int64_t>(o->attr->cache.size));
+    }
+  }
+  return largest;
+}
+
+int64_t LargestCacheBytes() {
+  static const int64_t bytes = [] {
+    int64_t largest = 0;
+    hwloc_topology_t topology;
+    if (hwloc_topology_init(&topology) != 0) return largest;
+    if (hwloc_topology_load(topology) == 0) largest = LargestCacheBytes(topology);
+    hwloc_topology_destroy(topology);
+    return largest;
+  }();
+  return bytes > 0 ? bytes : int64_t{32} << 20;
+}
+
 }  // namespace tandem::experts

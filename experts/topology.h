@@ -35,6 +35,13 @@ struct PoolNode {
 absl::StatusOr<std::vector<PoolNode>> PlanPoolNodes(hwloc_topology_t topology, int threads,
                                                     bool numa);
 
+// The largest CPU cache (L2, L3 or L4) in `topology`, in bytes; 0 when it has none.
+int64_t LargestCacheBytes(hwloc_topology_t topology);
+// The same for this machine, read once; 32 MiB when hwloc finds no cache. Benchmarks size their
+// working sets from it: the 16-core H200 host's VM has a 300 MiB L3, the 2-core VM 32 MiB
+// (glibc's sysconf(_SC_LEVEL3_CACHE_SIZE) says 320 MiB there).
+int64_t LargestCacheBytes();
+
 // Node k is the home of experts [HomeBegin(k), HomeBegin(k + 1)): contiguous ranges, so a node's
 // share of a stacked expert tensor is one area to bind.
 inline int64_t HomeBegin(int node, int n_nodes, int64_t n_expert) {

@@ -104,5 +104,18 @@ TEST(HomeNode, RangesAreContiguousCoverEveryExpertAndAgreeWithHomeBegin) {
   }
 }
 
+// The benches size their working sets from the largest cache: per-core L2s and shared L3s of
+// different sizes, the largest wins; no cache at all reads 0 (and this machine's figure is never
+// 0: the fallback).
+TEST(LargestCacheBytes, TakesTheLargestCacheOfAnyLevel) {
+  EXPECT_EQ(
+      LargestCacheBytes(Synthetic("package:2 l3:1(size=48MB) l2:4(size=2MB) core:1 pu:1").get()),
+      48000000);  // hwloc's synthetic MB are 10^6 bytes
+  EXPECT_EQ(LargestCacheBytes(Synthetic("package:1 l3:2(size=16MB) core:2 pu:1").get()), 16000000);
+  EXPECT_EQ(LargestCacheBytes(Synthetic("package:1 l2:4(size=4MB) core:1 pu:1").get()), 4000000);
+  EXPECT_EQ(LargestCacheBytes(Synthetic(kTwoNodes).get()), 0);
+  EXPECT_GT(LargestCacheBytes(), 0);
+}
+
 }  // namespace
 }  // namespace tandem::experts

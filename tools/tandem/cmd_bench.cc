@@ -7,7 +7,6 @@
 // fifth's ratio is taken against that measurement (TimeLayer): on a shared host (the 16-core H200
 // host moved between 55 and 102 GB/s within one run, 2026-11-30) a single figure from the start
 // compared layers with another moment's machine.
-#include <hwloc.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -22,6 +21,7 @@
 
 #include "CLI/CLI.hpp"
 #include "experts/pool.h"
+#include "experts/topology.h"
 #include "nlohmann/json.hpp"
 #include "runtime/base/stats.h"
 #include "runtime/quant/codec.h"
@@ -124,32 +124,10 @@ class StreamProbe {
   std::vector<uint64_t> sums_;
 };
 
-// The largest CPU cache hwloc finds (bytes; 32 MiB when it finds none). The working sets of the
-// bench are sized from it: the 16-core host's VM has a 300 MiB L3, which held part of a 128-expert
-// bank (260-340 MB) between its visits, while the 2-core VM has 32 MiB. (glibc's
-// sysconf(_SC_LEVEL3_CACHE_SIZE) says 320 MiB on the latter.)
-int64_t LargestCacheBytes() {
-  static const int64_t bytes = [] {
-    int64_t largest = 0;
-    hwloc_topology_t topo;
-    if (hwloc_topology_init(&topo) != 0) return largest;
-    if (hwloc_topology_load(topo) == 0) {
-      for (hwloc_obj_type_t type : {HWLOC_OBJ_L2CACHE, HWLOC_OBJ_L3CACHE, HWLOC_OBJ_L4CACHE}) {
-        for (hwloc_obj_t o = hwloc_get_next_obj_by_type(topo, type, nullptr); o != nullptr;
-             o = hwloc_get_next_obj_by_type(topo, type, o)) {
-          largest = std::max<int64_t>(largest, static_cast<int64_t>(o->attr->cache.size));
-        }
-      }
-    }
-    hwloc_topology_destroy(topo);
-    return largest;
-  }();
-  return bytes > 0 ? bytes : int64_t{32} << 20;
-}
-
 // Bytes of the stream probe's buffer: four times the largest cache, at least 1 GiB.
 size_t ProbeBytes() {
-  return static_cast<size_t>(std::max<int64_t>(int64_t{1} << 30, 4 * LargestCacheBytes())) /
+  return static_cast<size_t>(
+             std::max<int64_t>(int64_t{1} << 30, 4 * experts::LargestCacheBytes())) /
          (1 << 20) * (1 << 20);
 }
 
@@ -157,7 +135,7 @@ size_t ProbeBytes() {
 // largest cache, and at least 128.
 int BankExperts(int64_t expert_bytes) {
   return static_cast<int>(
-      std::max<int64_t>(128, (4 * LargestCacheBytes() + expert_bytes - 1) / expert_bytes));
+      std::max<int64_t>(128, (4 * experts::LargestCacheBytes() + expert_bytes - 1) / expert_bytes));
 }
 
 struct ExpertBank {
@@ -275,7 +253,7 @@ int BenchExperts(const Options& o) {
   report["isa"] = experts::IsaName(p.isa());
   report["spin_us"] = p.spin_us();
   report["backup_us"] = p.backup_us();
-  report["largest_cache_bytes"] = LargestCacheBytes();
+  report["largest_cache_bytes"] = experts::LargestCacheBytes();
   nlohmann::json nodes = nlohmann::json::array();
   std::printf("pool: %d threads on %zu NUMA node(s):", p.threads(), p.nodes().size());
   for (const experts::PoolNode& n : p.nodes()) {
@@ -290,7 +268,8 @@ int BenchExperts(const Options& o) {
       "stream read, %d threads, %.2f GiB buffer (largest cache %.0f MiB): %.2f GB/s (measured "
       "again "
       "in every round of every case)\n",
-      p.threads(), ProbeBytes() / 1073741824.0, LargestCacheBytes() / 1048576.0, stream_first);
+      p.threads(), ProbeBytes() / 1073741824.0, experts::LargestCacheBytes() / 1048576.0,
+      stream_first);
   report["stream_gbps_first"] = stream_first;
 
   nlohmann::json cases = nlohmann::json::array();
