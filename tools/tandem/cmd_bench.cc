@@ -38,7 +38,6 @@ struct Options {
   bool numa = true;
   double seconds = 0.5;  // per case
   int n_expert = 0;      // distinct experts per type, rotated; 0: BankExperts
-
   int backup_us = experts::kDefaultBackupMicros;
 };
 
@@ -264,12 +263,10 @@ int BenchExperts(const Options& o) {
   report["numa_nodes"] = nodes;
   StreamProbe stream(p.threads(), ProbeBytes());
   const double stream_first = stream.Measure(5);
-  std::printf(
-      "stream read, %d threads, %.2f GiB buffer (largest cache %.0f MiB): %.2f GB/s (measured "
-      "again "
-      "in every round of every case)\n",
-      p.threads(), ProbeBytes() / 1073741824.0, experts::LargestCacheBytes() / 1048576.0,
-      stream_first);
+  std::printf("stream read, %d threads, %.2f GiB buffer (largest cache %.0f MiB): %.2f GB/s\n",
+              p.threads(), ProbeBytes() / 1073741824.0, experts::LargestCacheBytes() / 1048576.0,
+              stream_first);
+  std::printf("(measured again in every round of every case)\n");
   report["stream_gbps_first"] = stream_first;
 
   nlohmann::json cases = nlohmann::json::array();
