@@ -593,13 +593,9 @@ ExpertPool::JobSet& ExpertPool::TakeJobSet(bool small, bool backups) {
   Impl& impl = *impl_;
   const int index = small ? 1 + impl.next_small : 0;
   if (small) impl.next_small = (impl.next_small + 1) % kSmallSets;
-  // Wait until no thread is inside the set (normally at once: a thread still there is finishing a
-  // run that lost to a backup kSmallSets layers ago, or is leaving a large job).
-  for (int t = 1; t < n_threads_; ++t) {
-    while (impl.threads[t].in_set.load(std::memory_order_seq_cst) == index + 1) {
-      std::this_thread::yield();
-    }
-  }
+  // Normally at once: a thread still inside is finishing a run that lost to a backup kSmallSets
+  // layers ago, or is leaving a large job.
+  WaitUntilNoThreadIn(index);
   JobSet& set = impl.sets[index];
   set.backups = backups;
   return set;
@@ -629,13 +625,24 @@ void ExpertPool::Post(JobSet& set) {
   Await(set, set.done_total, total_items, kPhases);
 }
 
-void ExpertPool::WaitIdle() {
-  // Acquire pairs with the release that ends Participate: every read a finished thread made in
-  // its set, of weights included, happened before this returns. A thread that enters a set after
-  // this has looked at it finds the last job fully claimed and runs nothing.
+void ExpertPool::WaitUntilNoThreadIn(int set_index) {
+  // Seq_cst pairs with Participate's entry (either this sees a thread inside, or that thread sees
+  // a newer epoch and leaves before it reads the set), and includes the acquire that pairs with
+  // the release ending Participate: every write and read a thread made in the set, of weights
+  // included, happened before this returns.
   for (int t = 1; t < n_threads_; ++t) {
-    while (impl_->threads[t].in_set.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+    for (;;) {
+      const int in = impl_->threads[t].in_set.load(std::memory_order_seq_cst);
+      if (in == 0 || (set_index >= 0 && in != set_index + 1)) break;
+      std::this_thread::yield();
+    }
   }
+}
+
+void ExpertPool::WaitIdle() {
+  // A thread that enters a set after this has looked at it finds the last job fully claimed and
+  // runs nothing.
+  WaitUntilNoThreadIn(-1);
 }
 
 void ExpertPool::RunEmpty() {

@@ -146,6 +146,7 @@ class ExpertPool {
   ExpertPool() = default;
   struct JobSet;
   JobSet& TakeJobSet(bool small, bool backups);
+  void WaitUntilNoThreadIn(int set_index);  // -1: no thread in any set
   void Post(JobSet& set);
   void Participate(uint64_t epoch, int node, int thread);
   void WorkerMain(int node);
