@@ -30,7 +30,7 @@ void BM_Dot(benchmark::State& state, quant::GgmlType type, Isa isa, bool hot, in
   const int64_t row_bytes = quant::RowBytes(type, k);
   const int64_t matrix_bytes = rows * row_bytes;
   // Cold: copies rotated over four times the largest cache (at least 256 MiB).
-  const int64_t cold_bytes = std::max<int64_t>(256ll << 20, 4 * LargestCacheBytes());
+  const int64_t cold_bytes = std::max<int64_t>(256ll << 20, BeyondCachesBytes());
   const int copies = hot ? 1 : static_cast<int>(cold_bytes / matrix_bytes) + 1;
   std::vector<uint8_t> w(static_cast<size_t>(matrix_bytes * copies));
   quant::RandomizeBlocks(type, 1, 0.05f, w.data(),
@@ -59,7 +59,7 @@ void BM_Dot(benchmark::State& state, quant::GgmlType type, Isa isa, bool hot, in
 // from memory.
 void BM_StreamRead(benchmark::State& state) {
   std::vector<uint64_t> buf(
-      static_cast<size_t>(std::max<int64_t>(int64_t{1} << 30, 4 * LargestCacheBytes())) / 8);
+      static_cast<size_t>(std::max<int64_t>(int64_t{1} << 30, BeyondCachesBytes())) / 8);
   for (size_t i = 0; i < buf.size(); ++i) buf[i] = i;
   for (auto _ : state) {
     uint64_t a = 0, b = 0, c = 0, d = 0;

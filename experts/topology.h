@@ -41,6 +41,9 @@ int64_t LargestCacheBytes(hwloc_topology_t topology);
 // working sets from it: the 16-core H200 host's VM has a 300 MiB L3, the 2-core VM 32 MiB
 // (glibc's sysconf(_SC_LEVEL3_CACHE_SIZE) says 320 MiB there).
 int64_t LargestCacheBytes();
+// Bytes a benchmark's working set needs so that reading it cycles through memory, not a cache:
+// four times LargestCacheBytes().
+inline int64_t BeyondCachesBytes() { return 4 * LargestCacheBytes(); }
 
 // Node k is the home of experts [HomeBegin(k), HomeBegin(k + 1)): contiguous ranges, so a node's
 // share of a stacked expert tensor is one area to bind.

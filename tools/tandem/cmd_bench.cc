@@ -125,8 +125,7 @@ class StreamProbe {
 
 // Bytes of the stream probe's buffer: four times the largest cache, at least 1 GiB.
 size_t ProbeBytes() {
-  return static_cast<size_t>(
-             std::max<int64_t>(int64_t{1} << 30, 4 * experts::LargestCacheBytes())) /
+  return static_cast<size_t>(std::max<int64_t>(int64_t{1} << 30, experts::BeyondCachesBytes())) /
          (1 << 20) * (1 << 20);
 }
 
@@ -134,7 +133,7 @@ size_t ProbeBytes() {
 // largest cache, and at least 128.
 int BankExperts(int64_t expert_bytes) {
   return static_cast<int>(
-      std::max<int64_t>(128, (4 * experts::LargestCacheBytes() + expert_bytes - 1) / expert_bytes));
+      std::max<int64_t>(128, (experts::BeyondCachesBytes() + expert_bytes - 1) / expert_bytes));
 }
 
 struct ExpertBank {
@@ -363,15 +362,8 @@ void RegisterBench(CLI::App& app, int* exit_code) {
       "experts", "CPU expert pool: stream bandwidth, expert layers, dispatch (not a test)");
   ex->add_option("--json", options->json, "Write the report here");
   ex->add_option("--threads", options->threads, "Pool threads including the caller (0: every core)");
-  ex->add_option("--cpu-isa", options->isa, "Kernels: auto, avx512, avx2 or scalar");
-  ex->add_flag("!--no-cpu-numa", options->numa,
-               "One arena over every core and weights unbound, instead of an arena per NUMA node "
-               "with each node's home experts bound to its memory");
+  AddExpertPoolFlags(ex, &options->isa, &options->numa, &options->backup_us);
   ex->add_option("--seconds", options->seconds, "Time per case")->check(CLI::PositiveNumber);
-  ex->add_option("--backup-us", options->backup_us,
-                 "Rerun a gate/up or down item of a small layer on an idle thread once it has run "
-                 "this long, and use whichever run finishes first (negative: never)")
-      ->capture_default_str();
   ex->add_option("--experts", options->n_expert,
                  "Distinct experts per type, rotated (working set; default: enough for four "
                  "times the largest CPU cache, at least 128)")
