@@ -4,7 +4,7 @@
 #   REPEAT=3 OUT=$OUT bash tools/device/experts_ab.sh /tmp/v/main /tmp/v/next
 # Prints, per run, the 10-expert and top-8 lines, the summary and the CPU steal ticks during the
 # run (/proc/stat: time the hypervisor ran something else on our CPUs). JSON to $OUT. ARGS adds
-# bench flags to every run (e.g. ARGS="--backup-us -1").
+# bench flags to every run (e.g. ARGS="--cpu-backup-us -1").
 set -uo pipefail
 out=${OUT:-out}
 mkdir -p "$out"

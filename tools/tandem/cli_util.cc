@@ -21,6 +21,23 @@ int Fail(const absl::Status& status) {
   return 1;
 }
 
+void AddExpertPoolFlags(CLI::App* cmd, std::string* isa, bool* numa, int* backup_us) {
+  cmd->add_option("--cpu-isa", *isa,
+                  "CPU expert pool: kernels auto, avx512, avx2 or scalar (forcing an ISA this "
+                  "CPU lacks is an error)")
+      ->capture_default_str();
+  cmd->add_flag("!--no-cpu-numa", *numa,
+                "CPU expert pool: one arena over every core, and expert weights left where the OS "
+                "put them, instead of an arena per NUMA node with each node's share of the experts "
+                "bound to its memory (the default; same results either way)");
+  cmd->add_option("--cpu-backup-us,--backup-us", *backup_us,
+                  "CPU expert pool: rerun an expert work item of a decode or verify layer on an "
+                  "idle thread once it has run this long, and use whichever run finishes first, so "
+                  "that a descheduled thread does not hold the layer (same results; negative: "
+                  "never)")
+      ->capture_default_str();
+}
+
 void AddEngineFlags(CLI::App* cmd, engine::EngineOptions* options) {
   cmd->add_option("-m,--model", options->model,
                   "Model: a .gguf file, a Hugging Face directory (config.json + safetensors), or "
@@ -41,19 +58,7 @@ void AddEngineFlags(CLI::App* cmd, engine::EngineOptions* options) {
   cmd->add_option("--ctx", options->n_ctx,
                   "Context length in tokens (0: the model's training context, at most 4096)")
       ->capture_default_str();
-  cmd->add_option("--cpu-isa", options->cpu_isa,
-                  "Expert kernels of --backend cpu: auto, avx512, avx2 or scalar (forcing an ISA "
-                  "this CPU lacks is an error)")
-      ->capture_default_str();
-  cmd->add_flag("!--no-cpu-numa", options->cpu_numa,
-                "--backend cpu: one expert-pool arena over every core, and expert weights left "
-                "where the OS put them, instead of an arena per NUMA node with each node's share "
-                "of the experts bound to its memory (the default; same results either way)");
-  cmd->add_option("--cpu-backup-us", options->cpu_backup_us,
-                  "--backend cpu: rerun an expert work item of a decode or verify layer on an idle "
-                  "thread once it has run this long, and use whichever run finishes first, so that "
-                  "a descheduled thread does not hold the layer (same results; negative: never)")
-      ->capture_default_str();
+  AddExpertPoolFlags(cmd, &options->cpu_isa, &options->cpu_numa, &options->cpu_backup_us);
   cmd->add_option("--threads", options->threads, "CPU threads (0: every core)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);

@@ -17,8 +17,13 @@ namespace tandem::cli {
 // Prints "tandem: <message>" on one line to stderr and returns exit code 1.
 int Fail(const absl::Status& status);
 
-// Adds -m/--model, --backend, --ctx, --tokenizer, --routing-log to `cmd`, bound to `options`.
+// Adds -m/--model, --backend, --ctx, --tokenizer, --routing-log to `cmd`, bound to `options`,
+// and the CPU expert pool's flags (AddExpertPoolFlags).
 void AddEngineFlags(CLI::App* cmd, engine::EngineOptions* options);
+
+// Adds the CPU expert pool's --cpu-isa, --no-cpu-numa and --cpu-backup-us (also spelled
+// --backup-us) to `cmd`: the engine's --backend cpu and `tandem bench experts` share them.
+void AddExpertPoolFlags(CLI::App* cmd, std::string* isa, bool* numa, int* backup_us);
 
 // Loads the engine with a progress bar on stderr for long loads.
 absl::StatusOr<std::unique_ptr<engine::Engine>> LoadEngine(engine::EngineOptions options);
