@@ -83,16 +83,8 @@ int SliceFor(int64_t work_rows, int threads) {
   return slice;
 }
 
-// The claim word: epoch (24 bits) | total items (20 bits) | next item (20 bits).
-constexpr int kItemBits = 20;
-constexpr uint64_t kItemMask = (uint64_t{1} << kItemBits) - 1;
-constexpr uint32_t kMaxItems = static_cast<uint32_t>(kItemMask);
-uint64_t Word(uint64_t epoch, uint64_t total, uint64_t next) {
-  return epoch << (2 * kItemBits) | total << kItemBits | next;
-}
-uint64_t EpochOf(uint64_t w) { return w >> (2 * kItemBits); }
-uint32_t TotalOf(uint64_t w) { return static_cast<uint32_t>((w >> kItemBits) & kItemMask); }
-uint32_t NextOf(uint64_t w) { return static_cast<uint32_t>(w & kItemMask); }
+// Work items of one job, at most (per-item state is sized by it; a prefill of 512 rows has ~10^4).
+constexpr uint32_t kMaxItems = (uint32_t{1} << 20) - 1;
 
 // ThreadSanitizer sees no synchronisation inside Debian's libtbb (it is not instrumented), so the
 // happens-before edges this file takes from TBB are declared to it, one key per edge:
@@ -219,43 +211,47 @@ absl::StatusOr<ExpertWeights> ExpertWeights::FromTensors(const format::TensorInf
 
 namespace {
 
-// A claim list's ranges: items taken in order, as up to three ranges of item numbers, written by
-// the caller into a job set before it stores the list's word for the new epoch (release).
-struct ClaimRanges {
+// A claim list of one job set: items taken in order, as up to three ranges of item numbers, through
+// one atomic word (items << 32 | next claimed) on a cache line of its own with the ranges. A claim
+// is a fetch_add, which cannot fail: threads that arrive together take one item each with one
+// transfer of the line, where a compare-exchange fails and retries for every thread that got in
+// first. `next` runs past `items` by at most one failed claim per thread and job. The word needs no
+// epoch because a set, lists included, is reused only when no thread is inside it (TakeJobSet).
+struct ClaimList {
+  alignas(64) std::atomic<uint64_t> word{0};
   uint32_t begin[3] = {};
   uint32_t size[3] = {};
 
-  void Set(std::initializer_list<std::pair<uint32_t, uint32_t>> ranges) {  // (begin, end)
+  // Written by the caller before it announces the job (which publishes it). An empty list is not
+  // written: the set's previous job claimed all of it, so it reads empty already, and its line
+  // stays shared in the claimers' caches instead of moving to the caller and back to each of them.
+  void Open(std::initializer_list<std::pair<uint32_t, uint32_t>> ranges) {  // (begin, end)
+    uint64_t items = 0;
+    for (auto [b, e] : ranges) items += e - b;
+    if (items == 0) return;
     int i = 0;
     for (auto [b, e] : ranges) begin[i] = b, size[i++] = e - b;
     for (; i < 3; ++i) begin[i] = size[i] = 0;
+    word.store(items << 32, std::memory_order_relaxed);
   }
-  uint32_t items() const { return size[0] + size[1] + size[2]; }
+
+  // Claims the next item of this list, if any is left.
+  bool Claim(uint32_t* item) {
+    // A load first, so that a list already taken is only read.
+    if (!Left(word.load(std::memory_order_relaxed))) return false;
+    const uint64_t w = word.fetch_add(1, std::memory_order_relaxed);
+    if (!Left(w)) return false;
+    *item = ItemAt(static_cast<uint32_t>(w));
+    return true;
+  }
+
+ private:
+  static bool Left(uint64_t w) { return static_cast<uint32_t>(w) < (w >> 32); }
   uint32_t ItemAt(uint32_t i) const {
     if (i < size[0]) return begin[0] + i;
     i -= size[0];
     if (i < size[1]) return begin[1] + i;
     return begin[2] + i - size[1];
-  }
-};
-
-// A claim list's word, on its own cache line: idle workers spin on the X list's word, and each of
-// the caller's writes to a line they spin on would pull it back from every one of them
-// (docs/perf/experts.md, session 6).
-struct ClaimWord {
-  alignas(64) std::atomic<uint64_t> word{0};  // epoch | items | next claimed
-
-  // Claims the next item of this list in `epoch`, if any is left.
-  bool Claim(uint64_t epoch, const ClaimRanges& ranges, uint32_t* item) {
-    uint64_t w = word.load(std::memory_order_acquire);
-    for (;;) {
-      if (EpochOf(w) != epoch || NextOf(w) >= TotalOf(w)) return false;
-      if (word.compare_exchange_weak(w, w + 1, std::memory_order_acq_rel,
-                                     std::memory_order_acquire)) {
-        *item = ranges.ItemAt(NextOf(w));
-        return true;
-      }
-    }
   }
 };
 
@@ -286,11 +282,15 @@ struct NodeWorkers {
   int first_thread = 0;  // the pool-wide thread number of its arena slot 0 (the caller is 0)
 };
 
-// Per thread, single writer: node-list items run at home and away (ExpertPool::claim_counts), and
-// the job set it is working in (+1; 0: none), which the caller reads before it reuses a set.
+// Per thread, single writer: node-list items run at home and away (ExpertPool::claim_counts), the
+// job set it is working in (+1; 0: none), which the caller reads before it reuses a set, and the
+// items it has counted done since Create, which the caller sums to join a job. One counter per
+// thread instead of one shared one: the threads of a job finish together, and a shared counter
+// would take their increments one cache-line transfer at a time.
 struct alignas(64) ThreadState {
   std::atomic<uint64_t> home{0}, away{0};
   std::atomic<int> in_set{0};
+  std::atomic<uint64_t> items_done{0};
 };
 
 // Item state bits (phases A and B): done, a backup run taken, and the lane whose outputs count.
@@ -321,17 +321,17 @@ struct ExpertPool::JobSet {
   // Rows per phase-A item, output columns per phase-B item (of one group) and per phase-C item.
   int ff_slice = 0, out_slice = 0, sum_slice = 0;
   int64_t xq_stride = 0, hq_stride = 0;
-  std::unique_ptr<ClaimRanges[]> ranges;  // one per claim list
+  std::unique_ptr<ClaimList[]> lists;  // X, one per node, C (file comment)
   std::vector<ExpertJob> sorted;
   std::vector<Group> groups;
   std::vector<int32_t> slot_group;  // job slot -> its group
   std::vector<int32_t> node_group;  // per node + 1: its first group (the last entry: n_groups)
 
-  // Items done: of phase X (A waits for all), of phase B (C waits for all) and of the whole job
-  // (the caller waits for all); per group, its A then Q items (ff_slices + count when ready for B).
+  // Items done: of phase X (A waits for all) and of phase B (C waits for all); per group, its A
+  // then Q items (ff_slices + count when ready for B). The whole job's count is the threads'
+  // ThreadState::items_done.
   alignas(64) std::atomic<uint32_t> x_done{0};
   alignas(64) std::atomic<uint32_t> b_done{0};
-  alignas(64) std::atomic<uint32_t> done_total{0};
   AtomicArray<uint32_t> group_done;
   // Per item of phases A and B: state bits and the claim time (steady clock ns; 0: unclaimed).
   AtomicArray<uint32_t> item_state;
@@ -353,11 +353,13 @@ struct ExpertPool::Impl {
   std::unique_ptr<ThreadState[]> threads;       // one per thread
   std::atomic<int> live_tasks{0};               // enqueued worker tasks not yet returned
   std::atomic<bool> stop{false};
-  // The claim lists' words (X, one per node, C; every job has X items, so workers watch the X
-  // list's word for a new epoch).
-  std::unique_ptr<ClaimWord[]> lists;
-  int n_lists = 0;
-  uint64_t epoch = 0;  // written by the caller only
+  // The epoch of the newest job, on a cache line of its own: idle workers spin on it, and each of
+  // the caller's writes to a line they spin on would pull it back from every one of them
+  // (docs/perf/experts.md, session 6).
+  alignas(64) std::atomic<uint64_t> announced{0};
+  alignas(64) uint64_t epoch = 0;  // written by the caller only
+  int n_lists = 0;                 // claim lists per job set
+  uint64_t items_posted = 0;       // items of every job since Create (caller only; see items_done)
   // Job sets: 0 for large jobs, 1..kSmallSets in turn for small ones; epoch_set says which set an
   // epoch's job is in (written before the epoch is announced).
   std::unique_ptr<JobSet[]> sets;
@@ -441,11 +443,10 @@ absl::StatusOr<std::unique_ptr<ExpertPool>> ExpertPool::Create(const PoolOptions
 
   const int n_nodes = static_cast<int>(pool->nodes_.size());
   impl.n_lists = n_nodes + 2;
-  impl.lists = std::make_unique<ClaimWord[]>(impl.n_lists);
   impl.threads = std::make_unique<ThreadState[]>(pool->n_threads_);
   impl.sets = std::make_unique<JobSet[]>(1 + kSmallSets);
   for (int i = 0; i <= kSmallSets; ++i) {
-    impl.sets[i].ranges = std::make_unique<ClaimRanges[]>(impl.n_lists);
+    impl.sets[i].lists = std::make_unique<ClaimList[]>(impl.n_lists);
   }
   impl.node_workers = std::make_unique<NodeWorkers[]>(n_nodes);
   int first_thread = 1;
@@ -515,15 +516,15 @@ void ExpertPool::WorkerMain(int node) {
   }
   const int thread = nw.first_thread +
                      std::clamp(tbb::this_task_arena::current_thread_index(), 0, nw.n_workers - 1);
-  const std::atomic<uint64_t>& announced = impl.lists[0].word;
-  uint64_t seen = EpochOf(announced.load(std::memory_order_acquire));
+  const std::atomic<uint64_t>& announced = impl.announced;
+  uint64_t seen = announced.load(std::memory_order_acquire);
   Participate(seen, node, thread);  // the job that brought this worker here, if it is still open
   using Clock = std::chrono::steady_clock;
   auto idle_since = Clock::now();
   const auto window = std::chrono::microseconds(spin_us_);
   for (uint32_t spins = 0;; ++spins) {
     if (impl.stop.load(std::memory_order_relaxed)) break;
-    const uint64_t epoch = EpochOf(announced.load(std::memory_order_acquire));
+    const uint64_t epoch = announced.load(std::memory_order_acquire);
     if (epoch != seen) {
       seen = epoch;
       Participate(epoch, node, thread);
@@ -533,7 +534,7 @@ void ExpertPool::WorkerMain(int node) {
     _mm_pause();
     if ((spins & 63) == 0 && Clock::now() - idle_since > window) {
       nw.resident.fetch_sub(1, std::memory_order_seq_cst);
-      if (EpochOf(announced.load(std::memory_order_seq_cst)) == seen ||
+      if (announced.load(std::memory_order_seq_cst) == seen ||
           impl.stop.load(std::memory_order_relaxed)) {
         return;  // leave the arena; EnsureWorkers brings a worker back for the next job
       }
@@ -557,7 +558,7 @@ void ExpertPool::Participate(uint64_t epoch, int node, int thread) {
   // TakeJobSet: either the caller sees this thread inside, or this thread sees a newer epoch and
   // leaves before it reads the set).
   me.in_set.store(set_index + 1, std::memory_order_seq_cst);
-  if (EpochOf(impl.lists[0].word.load(std::memory_order_seq_cst)) != epoch) {
+  if (impl.announced.load(std::memory_order_seq_cst) != epoch) {
     me.in_set.store(0, std::memory_order_release);
     return;
   }
@@ -566,7 +567,7 @@ void ExpertPool::Participate(uint64_t epoch, int node, int thread) {
     const bool node_list = step > 0 && step <= n_nodes;
     const int list = node_list ? 1 + (node + step - 1) % n_nodes : step;
     uint32_t item;
-    while (impl.lists[list].Claim(epoch, set.ranges[list], &item)) {
+    while (set.lists[list].Claim(&item)) {
       if (set.backups) set.item_stamp[item].store(NowNs(), std::memory_order_relaxed);
       if (stall_workers_us_ > 0 && thread != 0 && set.backups && !set.noop &&
           ((item >= set.phase_end[0] && item < set.phase_end[1]) ||
@@ -578,7 +579,7 @@ void ExpertPool::Participate(uint64_t epoch, int node, int thread) {
           std::this_thread::sleep_for(std::chrono::microseconds(50));
         }
       }
-      RunItem(set, item, 0);  // waits for the items it reads, then counts itself done
+      RunItem(set, item, 0, thread);  // waits for the items it reads, then counts itself done
       if (node_list) {
         std::atomic<uint64_t>& c = step == 1 ? me.home : me.away;
         c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
@@ -605,24 +606,24 @@ void ExpertPool::Post(JobSet& set) {
   Impl& impl = *impl_;
   set.x_done.store(0, std::memory_order_relaxed);
   set.b_done.store(0, std::memory_order_relaxed);
-  set.done_total.store(0, std::memory_order_relaxed);
-  impl.epoch = (impl.epoch + 1) & ((uint64_t{1} << (64 - 2 * kItemBits)) - 1);
+  ++impl.epoch;
   impl.epoch_set[impl.epoch % kEpochSlots].store(static_cast<int>(&set - impl.sets.get()),
                                                  std::memory_order_relaxed);
-  // Release publishes the job written before to every claimer of the list; the X list goes last
-  // (seq_cst: it is the announcement, see WorkerMain). An empty list keeps its old word: another
-  // epoch's, fully claimed, so it reads as empty, and its cache line stays shared instead of
-  // moving to every claimer again.
-  uint32_t total_items = set.ranges[0].items();
-  for (int l = impl.n_lists - 1; l > 0; --l) {
-    const uint32_t items = set.ranges[l].items();
-    total_items += items;
-    if (items > 0) impl.lists[l].word.store(Word(impl.epoch, items, 0), std::memory_order_release);
-  }
-  impl.lists[0].word.store(Word(impl.epoch, set.ranges[0].items(), 0), std::memory_order_seq_cst);
+  // The announcement publishes the job and its open lists (seq_cst: see WorkerMain).
+  impl.announced.store(impl.epoch, std::memory_order_seq_cst);
   if (n_threads_ > 1) EnsureWorkers();
   Participate(impl.epoch, 0, 0);
-  Await(set, set.done_total, total_items, kPhases);
+  // Join: every item of the job counted done, in some thread's counter.
+  impl.items_posted += set.phase_end[kPhases - 1];
+  Await(
+      set,
+      [&impl, n = n_threads_] {
+        uint64_t done = 0;
+        for (int t = 0; t < n; ++t)
+          done += impl.threads[t].items_done.load(std::memory_order_acquire);
+        return done >= impl.items_posted;
+      },
+      kPhases, 0);
 }
 
 void ExpertPool::WaitUntilNoThreadIn(int set_index) {
@@ -648,8 +649,10 @@ void ExpertPool::WaitIdle() {
 void ExpertPool::RunEmpty() {
   // One no-op item per thread: the claim, completion count and join a real layer pays.
   JobSet& set = TakeJobSet(true, false);
-  set.ranges[0].Set({{0, static_cast<uint32_t>(threads())}});
-  for (int l = 1; l < impl_->n_lists; ++l) set.ranges[l].Set({});
+  const uint32_t items = static_cast<uint32_t>(threads());
+  set.lists[0].Open({{0, items}});
+  for (int l = 1; l < impl_->n_lists; ++l) set.lists[l].Open({});
+  std::fill_n(set.phase_end, kPhases, items);  // all in phase X
   set.noop = true;
   Post(set);
 }
@@ -825,34 +828,41 @@ absl::Status ExpertPool::Run(const ExpertWeights& w, std::span<const ExpertJob> 
   auto first_slot = [&set](int gi) {
     return static_cast<uint32_t>(gi < set.n_groups ? set.groups[gi].first : set.n_jobs);
   };
-  set.ranges[0].Set({{0, set.phase_end[0]}});
+  set.lists[0].Open({{0, set.phase_end[0]}});
   for (int k = 0; k < n_nodes; ++k) {
     const uint32_t g0 = set.node_group[k], g1 = set.node_group[k + 1];
     const uint32_t ff = set.ff_slices, oc = set.out_slices;
-    set.ranges[1 + k].Set({{set.phase_end[0] + g0 * ff, set.phase_end[0] + g1 * ff},
+    set.lists[1 + k].Open({{set.phase_end[0] + g0 * ff, set.phase_end[0] + g1 * ff},
                            {set.phase_end[1] + first_slot(g0), set.phase_end[1] + first_slot(g1)},
                            {set.phase_end[2] + g0 * oc, set.phase_end[2] + g1 * oc}});
   }
-  set.ranges[n_nodes + 1].Set({{set.phase_end[3], set.phase_end[4]}});
+  set.lists[n_nodes + 1].Open({{set.phase_end[3], set.phase_end[4]}});
   Post(set);
   return absl::OkStatus();
 }
 
-void ExpertPool::Await(JobSet& set, const std::atomic<uint32_t>& counter, uint32_t target,
-                       int below_phase) {
-  // While the count is short, run late items of the phases below `below_phase` (the items that
-  // this wait can depend on; never the caller's own item or one that waits for it).
+template <class Done>
+void ExpertPool::Await(JobSet& set, Done done, int below_phase, int thread) {
+  // Until done() holds, run late items of the phases below `below_phase` (the items that this
+  // wait can depend on; never the caller's own item or one that waits for it).
   int64_t next_look = 0;
-  for (uint32_t spins = 0; counter.load(std::memory_order_acquire) < target; ++spins) {
+  for (uint32_t spins = 0; !done(); ++spins) {
     _mm_pause();
     if (!set.backups || (spins & 63) != 0) continue;
     const int64_t now = NowNs();
     if (now < next_look) continue;
-    if (!RunLateItem(set, below_phase)) next_look = now + 5000;  // look again in 5 µs
+    if (!RunLateItem(set, below_phase, thread)) next_look = now + 5000;  // look again in 5 µs
   }
 }
 
-bool ExpertPool::RunLateItem(JobSet& set, int below_phase) {
+void ExpertPool::AwaitCount(JobSet& set, const std::atomic<uint32_t>& counter, uint32_t target,
+                            int below_phase, int thread) {
+  Await(
+      set, [&counter, target] { return counter.load(std::memory_order_acquire) >= target; },
+      below_phase, thread);
+}
+
+bool ExpertPool::RunLateItem(JobSet& set, int below_phase, int thread) {
   const int64_t late = NowNs() - int64_t{backup_us_} * 1000;
   // Phase A items [phase_end[0], phase_end[1]), then phase B items [phase_end[2], phase_end[3]).
   for (int phase : {1, 3}) {
@@ -867,24 +877,30 @@ bool ExpertPool::RunLateItem(JobSet& set, int below_phase) {
         continue;
       }
       impl_->backups.fetch_add(1, std::memory_order_relaxed);
-      RunItem(set, item, 1);
+      RunItem(set, item, 1, thread);
       return true;
     }
   }
   return false;
 }
 
-void ExpertPool::RunItem(JobSet& set, uint32_t item, int lane) {
+void ExpertPool::RunItem(JobSet& set, uint32_t item, int lane, int thread) {
+  // Counts this item done for the job's join. Release: the caller, which acquires every thread's
+  // count, sees all the item wrote (for C items, its `out` columns).
+  std::atomic<uint64_t>& items_done = impl_->threads[thread].items_done;
+  auto count_for_join = [&items_done] {
+    items_done.store(items_done.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  };
   if (set.noop) {
-    set.done_total.fetch_add(1, std::memory_order_acq_rel);
+    count_for_join();
     return;
   }
   const ExpertWeights& w = set.w;
   // Counts this item done for its readers and for the job. Release: a reader that acquires the
-  // counts sees the item's outputs (and, below, its lane).
-  auto count_done = [&set](std::atomic<uint32_t>& count) {
+  // count sees the item's outputs (and, below, its lane).
+  auto count_done = [&count_for_join](std::atomic<uint32_t>& count) {
     count.fetch_add(1, std::memory_order_release);
-    set.done_total.fetch_add(1, std::memory_order_acq_rel);
+    count_for_join();
   };
   // A and B items: the first run to finish publishes its lane and counts the item; the other
   // run's outputs are not read.
@@ -912,7 +928,7 @@ void ExpertPool::RunItem(JobSet& set, uint32_t item, int lane) {
     return;
   }
   if (item < set.phase_end[1]) {  // A: gate/up rows [f0, f0 + nf) of one group
-    Await(set, set.x_done, static_cast<uint32_t>(set.n_rows), 1);
+    AwaitCount(set, set.x_done, static_cast<uint32_t>(set.n_rows), 1, thread);
     const uint32_t i = item - set.phase_end[0];
     const int gi = static_cast<int>(i / set.ff_slices);
     const Group& g = set.groups[gi];
@@ -937,7 +953,7 @@ void ExpertPool::RunItem(JobSet& set, uint32_t item, int lane) {
   if (item < set.phase_end[2]) {  // Q: one job slot's intermediate row, from its A items' lanes
     const int64_t slot = item - set.phase_end[1];
     const int gi = set.slot_group[slot];
-    Await(set, set.group_done[gi], static_cast<uint32_t>(set.ff_slices), 2);
+    AwaitCount(set, set.group_done[gi], static_cast<uint32_t>(set.ff_slices), 2, thread);
     float* row = set.gate[0].data() + slot * w.n_ff;
     if (set.backups) {
       row = set.gathered.data() + slot * w.n_ff;
@@ -956,7 +972,7 @@ void ExpertPool::RunItem(JobSet& set, uint32_t item, int lane) {
     const uint32_t i = item - set.phase_end[2];
     const int gi = static_cast<int>(i / set.out_slices);
     const Group& g = set.groups[gi];
-    Await(set, set.group_done[gi], static_cast<uint32_t>(set.ff_slices + g.count), 3);
+    AwaitCount(set, set.group_done[gi], static_cast<uint32_t>(set.ff_slices + g.count), 3, thread);
     const int64_t c0 = static_cast<int64_t>(i % set.out_slices) * set.out_slice;
     const int nc = static_cast<int>(std::min<int64_t>(set.out_slice, w.hidden - c0));
     const uint8_t* act[kMaxTileRows];
@@ -971,7 +987,7 @@ void ExpertPool::RunItem(JobSet& set, uint32_t item, int lane) {
   }
   // C: output columns [c0, c0 + nc), every job's weighted partial in job order (deterministic),
   // each column run from the lane of the B item that computed it.
-  Await(set, set.b_done, set.phase_end[3] - set.phase_end[2], 4);
+  AwaitCount(set, set.b_done, set.phase_end[3] - set.phase_end[2], 4, thread);
   const int64_t c0 = static_cast<int64_t>(item - set.phase_end[3]) * set.sum_slice;
   const int64_t c1 = std::min<int64_t>(c0 + set.sum_slice, w.hidden);
   for (int j = 0; j < set.n_jobs; ++j) {
@@ -986,7 +1002,7 @@ void ExpertPool::RunItem(JobSet& set, uint32_t item, int lane) {
       for (; c < end; ++c) o[c] += job.weight * part[c];
     }
   }
-  set.done_total.fetch_add(1, std::memory_order_acq_rel);
+  count_for_join();
 }
 
 }  // namespace tandem::experts

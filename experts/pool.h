@@ -151,9 +151,13 @@ class ExpertPool {
   void Participate(uint64_t epoch, int node, int thread);
   void WorkerMain(int node);
   void EnsureWorkers();
-  void RunItem(JobSet& set, uint32_t item, int lane);
-  void Await(JobSet& set, const std::atomic<uint32_t>& counter, uint32_t target, int below_phase);
-  bool RunLateItem(JobSet& set, int below_phase);
+  // `thread`: the pool-wide number of the thread that runs it (0: the caller).
+  void RunItem(JobSet& set, uint32_t item, int lane, int thread);
+  template <class Done>
+  void Await(JobSet& set, Done done, int below_phase, int thread);
+  void AwaitCount(JobSet& set, const std::atomic<uint32_t>& counter, uint32_t target,
+                  int below_phase, int thread);
+  bool RunLateItem(JobSet& set, int below_phase, int thread);
 
   Isa isa_ = Isa::kScalar;
   std::vector<PoolNode> nodes_;
