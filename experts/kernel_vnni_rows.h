@@ -224,33 +224,72 @@ static inline void VnniBlockRows(const typename Format<T>::Block& b, const Prepa
   }
 }
 
+// Lane j of the result is the sum of v[j]'s 16 lanes: 16 horizontal sums in 45 shuffles and adds
+// (one _mm512_reduce_add_ps is 8).
+static inline __m512 SumEachOf16(const float (*v)[16]) {
+  __m512 pairs[8];  // per 128-bit lane q, rows 2i, 2i + 1: halves of their 4-lane sums
+  for (int i = 0; i < 8; ++i) {
+    const __m512 a = _mm512_load_ps(v[2 * i]), b = _mm512_load_ps(v[2 * i + 1]);
+    pairs[i] = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+  }
+  __m512 quads[4];  // per 128-bit lane q, rows 4i..4i + 3: their sums over elements 4q..4q + 3
+  for (int i = 0; i < 4; ++i) {
+    const __m512d a = _mm512_castps_pd(pairs[2 * i]), b = _mm512_castps_pd(pairs[2 * i + 1]);
+    quads[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
+                             _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+  }
+  // 128-bit lanes: halves, then whole sums; lane group g of the result holds rows 4g..4g + 3.
+  const __m512 h01 = _mm512_add_ps(_mm512_shuffle_f32x4(quads[0], quads[1], 0x88),
+                                   _mm512_shuffle_f32x4(quads[0], quads[1], 0xDD));
+  const __m512 h23 = _mm512_add_ps(_mm512_shuffle_f32x4(quads[2], quads[3], 0x88),
+                                   _mm512_shuffle_f32x4(quads[2], quads[3], 0xDD));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(h01, h23, 0x88), _mm512_shuffle_f32x4(h01, h23, 0xDD));
+}
+
 template <quant::GgmlType T, int N>
 struct VnniKRows {
+  // Weight rows whose per-row sums are reduced together (SumEachOf16).
+  static constexpr int kRowGroup = 16;
+
   static void Run(const uint8_t* w, int64_t w_stride, int n_wrows, int64_t k,
                   const uint8_t* const* act, float* out, int64_t out_stride) {
     using B = typename Format<T>::Block;
     using Span = PreparedSpan<T, N>;
     Span prepared;
+    // Each weight row's N accumulators, mins folded in, until its group of rows is reduced. On
+    // the down shape (three blocks a row) one reduction per row and activation row cost as much
+    // as a block's dot products (docs/perf/experts.md, session 14).
+    alignas(64) float lanes[N][kRowGroup][16];
     const int64_t nb = k / quant::kQK_K;
     for (int64_t b0 = 0; b0 < nb; b0 += kRowsSpanBlocks) {
       const int64_t span = std::min(kRowsSpanBlocks, nb - b0);
       prepared.Prepare(act, b0, span);
-      for (int r = 0; r < n_wrows; ++r) {
-        const B* wb = reinterpret_cast<const B*>(w + r * w_stride) + b0;
-        PrefetchRowAhead<B, N>(w, w_stride, r, n_wrows, b0, span);
-        __m512 acc[N], acc_min[Span::kPairs];
-        for (int a = 0; a < N; ++a) acc[a] = _mm512_setzero_ps();
-        for (int q = 0; q < Span::kPairs; ++q) acc_min[q] = _mm512_setzero_ps();
-        for (int64_t j = 0; j < span; ++j) VnniBlockRows<T, N>(wb[j], prepared, j, acc, acc_min);
-        for (int a = 0; a < N; ++a) {
-          float sum = _mm512_reduce_add_ps(acc[a]);
-          if constexpr (Span::kMins) {
-            const __m512d pair = _mm512_castps_pd(acc_min[a / 2]);
-            sum -= HorizontalSum(_mm256_castpd_ps(a % 2 ? _mm512_extractf64x4_pd(pair, 1)
-                                                        : _mm512_castpd512_pd256(pair)));
+      for (int r0 = 0; r0 < n_wrows; r0 += kRowGroup) {
+        const int rows = std::min(kRowGroup, n_wrows - r0);
+        for (int i = 0; i < rows; ++i) {
+          const int r = r0 + i;
+          const B* wb = reinterpret_cast<const B*>(w + r * w_stride) + b0;
+          PrefetchRowAhead<B, N>(w, w_stride, r, n_wrows, b0, span);
+          __m512 acc[N], acc_min[Span::kPairs];
+          for (int a = 0; a < N; ++a) acc[a] = _mm512_setzero_ps();
+          for (int q = 0; q < Span::kPairs; ++q) acc_min[q] = _mm512_setzero_ps();
+          for (int64_t j = 0; j < span; ++j) VnniBlockRows<T, N>(wb[j], prepared, j, acc, acc_min);
+          for (int a = 0; a < N; ++a) {
+            if constexpr (Span::kMins) {  // row a's min terms are lanes 8·(a % 2)..+7 of its pair
+              acc[a] = _mm512_mask_sub_ps(acc[a], a % 2 ? 0xFF00 : 0x00FF, acc[a], acc_min[a / 2]);
+            }
+            _mm512_store_ps(lanes[a][i], acc[a]);
           }
-          float& o = out[a * out_stride + r];
-          o = b0 > 0 ? o + sum : sum;
+        }
+        for (int i = rows; i < kRowGroup; ++i) {
+          for (int a = 0; a < N; ++a) _mm512_store_ps(lanes[a][i], _mm512_setzero_ps());
+        }
+        const __mmask16 mask = static_cast<__mmask16>((1u << rows) - 1);
+        for (int a = 0; a < N; ++a) {
+          float* o = out + a * out_stride + r0;
+          const __m512 sum = SumEachOf16(lanes[a]);
+          _mm512_mask_storeu_ps(o, mask,
+                                b0 > 0 ? _mm512_add_ps(_mm512_maskz_loadu_ps(mask, o), sum) : sum);
         }
       }
     }
