@@ -105,12 +105,11 @@ struct KRows {
   static void Run(const uint8_t* w, int64_t w_stride, int n_wrows, int64_t k,
                   const uint8_t* const* act, float* out, int64_t out_stride) {
     using B = typename Format<T>::Block;
-    // The first rows are requested at the start (a call is one pool item), then one row per row.
-    const int64_t row_bytes = k / B::kElems * static_cast<int64_t>(sizeof(B));
-    const int ahead = PrefetchRowsAhead(w_stride);
-    for (int r = 0; r < std::min(ahead, n_wrows); ++r) PrefetchBytes(w + r * w_stride, row_bytes);
+    const RowPrefetch prefetch(w, w_stride, k / B::kElems * static_cast<int64_t>(sizeof(B)),
+                               n_wrows);
+    prefetch.Start();
     for (int r = 0; r < n_wrows; ++r) {
-      if (r + ahead < n_wrows) PrefetchBytes(w + (r + ahead) * w_stride, row_bytes);
+      prefetch.Row(r);
       const B* wb = reinterpret_cast<const B*>(w + r * w_stride);
       float sums[N];
       KRowDot<V, Format<T>, N>([wb](int64_t j) { return KSource<T>{wb[j]}; }, 0, k / B::kElems, act,
@@ -141,7 +140,14 @@ struct Rows32 {
     using F = Format<T>;
     using B = typename F::Block;
     const int64_t nb = k / B::kElems;
+    // At one row only: Q8_0 at 4 and 8 rows measured 20-30% slower with it on the 2-core VM and
+    // mixed on the 16-core host (docs/perf/experts.md, session 14). A prefetch over no rows is
+    // none.
+    const RowPrefetch prefetch(w, w_stride, nb * static_cast<int64_t>(sizeof(B)),
+                               N == 1 ? n_wrows : 0);
+    prefetch.Start();
     for (int r = 0; r < n_wrows; ++r) {
+      prefetch.Row(r);
       const B* wb = reinterpret_cast<const B*>(w + r * w_stride);
       // Even and odd blocks in separate accumulators: a block's work for one row is shorter than
       // the FMA latency, so one chain would bound the single-row case.
@@ -173,7 +179,10 @@ struct FloatRows {
                   const uint8_t* const* act, float* out, int64_t out_stride) {
     for (int64_t c0 = 0; c0 < k; c0 += kSpan) {
       const int64_t c1 = std::min(k, c0 + kSpan);
+      const RowPrefetch prefetch(w + 2 * c0, w_stride, 2 * (c1 - c0), n_wrows);  // 2-byte weights
+      prefetch.Start();
       for (int r = 0; r < n_wrows; ++r) {
+        prefetch.Row(r);
         float sums[N];
         SpanDot(reinterpret_cast<const uint16_t*>(w + r * w_stride), act, c0, c1, sums);
         for (int a = 0; a < N; ++a) {
