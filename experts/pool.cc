@@ -282,11 +282,11 @@ struct NodeWorkers {
   int first_thread = 0;  // the pool-wide thread number of its arena slot 0 (the caller is 0)
 };
 
-// Per thread, single writer: node-list items run at home and away (ExpertPool::claim_counts), the
-// job set it is working in (+1; 0: none), which the caller reads before it reuses a set, and the
-// items it has counted done since Create, which the caller sums to join a job. One counter per
-// thread instead of one shared one: the threads of a job finish together, and a shared counter
-// would take their increments one cache-line transfer at a time.
+// Per thread (written by that thread only): node-list items run at home and away
+// (ExpertPool::claim_counts), the job set it is working in (+1; 0: none), which the caller reads
+// before it reuses a set, and the items it has counted done since Create, which the caller sums to
+// join a job. One counter per thread instead of one shared one: the threads of a job finish
+// together, and a shared counter would take their increments one cache-line transfer at a time.
 struct alignas(64) ThreadState {
   std::atomic<uint64_t> home{0}, away{0};
   std::atomic<int> in_set{0};
@@ -886,11 +886,11 @@ bool ExpertPool::RunLateItem(JobSet& set, int below_phase, int thread) {
 
 void ExpertPool::RunItem(JobSet& set, uint32_t item, int lane, int thread) {
   // Counts this item done for the job's join. Release: the caller, which acquires every thread's
-  // count, sees all the item wrote (for C items, its `out` columns).
+  // count, sees all the item wrote (for C items, its `out` columns). An atomic add, although the
+  // line is this thread's: a lost count would hang the join, so it must not rest on arena slots
+  // never being shared.
   std::atomic<uint64_t>& items_done = impl_->threads[thread].items_done;
-  auto count_for_join = [&items_done] {
-    items_done.store(items_done.load(std::memory_order_relaxed) + 1, std::memory_order_release);
-  };
+  auto count_for_join = [&items_done] { items_done.fetch_add(1, std::memory_order_release); };
   if (set.noop) {
     count_for_join();
     return;
