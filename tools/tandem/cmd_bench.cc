@@ -260,10 +260,11 @@ int BenchExperts(const Options& o) {
   }
   std::printf("\n");
   report["numa_nodes"] = nodes;
-  StreamProbe stream(p.threads(), ProbeBytes());
+  const size_t probe_bytes = ProbeBytes();
+  StreamProbe stream(p.threads(), probe_bytes);
   const double stream_first = stream.Measure(5);
   std::printf("stream read, %d threads, %.2f GiB buffer (largest cache %.0f MiB): %.2f GB/s\n",
-              p.threads(), ProbeBytes() / 1073741824.0, experts::LargestCacheBytes() / 1048576.0,
+              p.threads(), probe_bytes / 1073741824.0, experts::LargestCacheBytes() / 1048576.0,
               stream_first);
   std::printf("(measured again in every round of every case)\n");
   report["stream_gbps_first"] = stream_first;
