@@ -131,10 +131,12 @@ struct Avx2KRows {
     for (int64_t b0 = 0; b0 < nb; b0 += kRowsSpanBlocks) {
       const int64_t span = std::min(kRowsSpanBlocks, nb - b0);
       prepared.Prepare(act, b0, span);
+      const int ahead =
+          RowsPrefetchAhead<N>(span * static_cast<int64_t>(sizeof(typename Format<T>::Block)));
       for (int r = 0; r < n_wrows; ++r) {
         using B = typename Format<T>::Block;
         const auto* wb = reinterpret_cast<const B*>(w + r * w_stride) + b0;
-        PrefetchRowAhead<B, N>(w, w_stride, r, n_wrows, b0, span);
+        PrefetchRowAhead<B>(w, w_stride, r, ahead, n_wrows, b0, span);
         __m256 acc[N], acc_min[N];
         for (int a = 0; a < N; ++a) acc[a] = acc_min[a] = _mm256_setzero_ps();
         for (int64_t j = 0; j < span; ++j) Avx2KBlockRows<T, N>(wb[j], prepared, j, acc, acc_min);

@@ -264,12 +264,13 @@ struct VnniKRows {
     for (int64_t b0 = 0; b0 < nb; b0 += kRowsSpanBlocks) {
       const int64_t span = std::min(kRowsSpanBlocks, nb - b0);
       prepared.Prepare(act, b0, span);
+      const int ahead = RowsPrefetchAhead<N>(span * static_cast<int64_t>(sizeof(B)));
       for (int r0 = 0; r0 < n_wrows; r0 += kRowGroup) {
         const int rows = std::min(kRowGroup, n_wrows - r0);
         for (int i = 0; i < rows; ++i) {
           const int r = r0 + i;
           const B* wb = reinterpret_cast<const B*>(w + r * w_stride) + b0;
-          PrefetchRowAhead<B, N>(w, w_stride, r, n_wrows, b0, span);
+          PrefetchRowAhead<B>(w, w_stride, r, ahead, n_wrows, b0, span);
           __m512 acc[N], acc_min[Span::kPairs];
           for (int a = 0; a < N; ++a) acc[a] = _mm512_setzero_ps();
           for (int q = 0; q < Span::kPairs; ++q) acc_min[q] = _mm512_setzero_ps();
