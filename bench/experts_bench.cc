@@ -1,13 +1,18 @@
 // Lab for the expert kernels: one kernel call (weight rows × 1..8, 64 or 512 activation rows) per
 // ISA and format, over a weight set four times the largest cache (rotated per iteration) so the
 // number is a streaming rate, next to the same call on one L2-resident matrix (the kernel's compute
-// ceiling) and a one-thread streaming read (the memory ceiling one core sees). Reports weight
-// bytes/s; `tandem bench experts` is the scenario benchmark with ratios against all cores'
-// bandwidth.
+// ceiling) and a one-thread streaming read (the memory ceiling one core sees); and the same cold
+// calls on every core at once against an all-core streaming read. Reports weight bytes/s; `tandem
+// bench experts` is the scenario benchmark with ratios against all cores' bandwidth.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "experts/kernels.h"
@@ -17,76 +22,162 @@
 namespace tandem::experts {
 namespace {
 
-// hot: one matrix of ≤ 150 KiB (64 rows at k = 2048), reused every iteration, so it stays in L2.
-// k = 2048: the gate/up shape (768 rows cold); k = 768: the down shape (2048 rows cold), whose
-// three-block rows weigh the per-row costs (reduction, store) three times as much.
+// The weights of one case. hot: one matrix of ≤ 150 KiB (64 rows at k = 2048), reused every
+// iteration, so it stays in L2. Cold: copies of a 768-row (k = 2048) or 2048-row (k = 768) matrix
+// rotated over four times the largest cache (at least 256 MiB), so every call streams from memory.
+// k = 2048: the gate/up shape; k = 768: the down shape, whose three-block rows weigh the per-row
+// costs (reduction, store) three times as much.
+struct Weights {
+  std::vector<uint8_t> bytes;
+  int64_t rows = 0, row_bytes = 0, matrix_bytes = 0;
+  int copies = 0;
+  const uint8_t* Copy(int i) const { return bytes.data() + i * matrix_bytes; }
+};
+
+Weights MakeWeights(quant::GgmlType type, bool hot, int64_t k) {
+  Weights w;
+  w.rows = hot ? 64 * 2048 / k : 768 * 2048 / k;
+  w.row_bytes = quant::RowBytes(type, k);
+  w.matrix_bytes = w.rows * w.row_bytes;
+  const int64_t cold_bytes = std::max<int64_t>(256ll << 20, BeyondCachesBytes());
+  w.copies = hot ? 1 : static_cast<int>(cold_bytes / w.matrix_bytes) + 1;
+  w.bytes.resize(static_cast<size_t>(w.matrix_bytes * w.copies));
+  quant::RandomizeBlocks(type, 1, 0.05f, w.bytes.data(),
+                         w.copies * w.rows * k / quant::GetTypeInfo(type).block_elems);
+  return w;
+}
+
+// n_act activation rows of k elements, converted for weights of `type`.
+struct Activations {
+  std::vector<uint8_t> bytes;
+  std::vector<const uint8_t*> rows;
+};
+
+Activations MakeActivations(quant::GgmlType type, int64_t k, int n_act) {
+  Activations a;
+  const std::vector<float> x(static_cast<size_t>(k), 0.5f);
+  const int64_t row_bytes = ActivationRowBytes(type, k);
+  a.bytes.resize(static_cast<size_t>(row_bytes * n_act));
+  for (int i = 0; i < n_act; ++i) QuantizeActivations(type, x.data(), k, &a.bytes[i * row_bytes]);
+  for (int i = 0; i < n_act; ++i) a.rows.push_back(&a.bytes[i * row_bytes]);
+  return a;
+}
+
 void BM_Dot(benchmark::State& state, quant::GgmlType type, Isa isa, bool hot, int64_t k) {
   if (!CpuSupports(isa)) {
     state.SkipWithError("CPU lacks this ISA");
     return;
   }
   const int n_act = static_cast<int>(state.range(0));
-  const int64_t rows = hot ? 64 * 2048 / k : 768 * 2048 / k;
-  const int64_t row_bytes = quant::RowBytes(type, k);
-  const int64_t matrix_bytes = rows * row_bytes;
-  // Cold: copies rotated over four times the largest cache (at least 256 MiB).
-  const int64_t cold_bytes = std::max<int64_t>(256ll << 20, BeyondCachesBytes());
-  const int copies = hot ? 1 : static_cast<int>(cold_bytes / matrix_bytes) + 1;
-  std::vector<uint8_t> w(static_cast<size_t>(matrix_bytes * copies));
-  quant::RandomizeBlocks(type, 1, 0.05f, w.data(),
-                         copies * rows * k / quant::GetTypeInfo(type).block_elems);
-  std::vector<float> x(static_cast<size_t>(k * n_act), 0.5f);
-  const int64_t act_bytes = ActivationRowBytes(type, k);
-  std::vector<uint8_t> xq(static_cast<size_t>(act_bytes * n_act));
-  std::vector<const uint8_t*> act(n_act);
-  for (int a = 0; a < n_act; ++a) {
-    QuantizeActivations(type, &x[a * k], k, &xq[a * act_bytes]);
-    act[a] = &xq[a * act_bytes];
-  }
-  std::vector<float> out(static_cast<size_t>(rows * n_act));
+  const Weights w = MakeWeights(type, hot, k);
+  const Activations act = MakeActivations(type, k, n_act);
+  std::vector<float> out(static_cast<size_t>(w.rows * n_act));
   const DotFn dot = GetDotKernel(isa, type);
   int copy = 0;
   for (auto _ : state) {
-    dot(w.data() + copy * matrix_bytes, row_bytes, static_cast<int>(rows), k, act.data(), n_act,
-        out.data(), rows);
+    dot(w.Copy(copy), w.row_bytes, static_cast<int>(w.rows), k, act.rows.data(), n_act, out.data(),
+        w.rows);
     benchmark::DoNotOptimize(out.data());
-    copy = (copy + 1) % copies;
+    copy = (copy + 1) % w.copies;
   }
-  state.SetBytesProcessed(state.iterations() * matrix_bytes);
+  state.SetBytesProcessed(state.iterations() * w.matrix_bytes);
 }
 
-// One thread summing max(1 GiB, 4 x the largest cache) with 64-bit loads: what one core streams
-// from memory.
-void BM_StreamRead(benchmark::State& state) {
-  std::vector<uint64_t> buf(
-      static_cast<size_t>(std::max<int64_t>(int64_t{1} << 30, BeyondCachesBytes())) / 8);
-  for (size_t i = 0; i < buf.size(); ++i) buf[i] = i;
-  for (auto _ : state) {
-    uint64_t a = 0, b = 0, c = 0, d = 0;
-    for (size_t i = 0; i < buf.size(); i += 4) {
-      a += buf[i];
-      b += buf[i + 1];
-      c += buf[i + 2];
-      d += buf[i + 3];
-    }
-    benchmark::DoNotOptimize(a + b + c + d);
+// One cold weight set per (type, k) for the all-core cases, made by the first thread that asks
+// and kept for the process (the threads of a case share it; later cases reuse it).
+const Weights& SharedColdWeights(quant::GgmlType type, int64_t k) {
+  static std::mutex mu;
+  static std::map<std::pair<quant::GgmlType, int64_t>, std::unique_ptr<Weights>> sets;
+  const std::lock_guard<std::mutex> lock(mu);
+  std::unique_ptr<Weights>& w = sets[{type, k}];
+  if (!w) w = std::make_unique<Weights>(MakeWeights(type, /*hot=*/false, k));
+  return *w;
+}
+
+// Every core at once, as the pool runs a layer: one benchmark thread per hardware thread, each
+// calling the kernel on its own cold copies in turn (thread t starts at copy t·copies/threads).
+// Loaded memory latency is far above one core's, so a kernel can stream well alone and poorly
+// here: the multi-row prefetch distance was tuned in this regime (docs/perf/experts.md, session
+// 15). Read it against BM_StreamReadAllCores.
+void BM_DotAllCores(benchmark::State& state, quant::GgmlType type, Isa isa, int64_t k) {
+  if (!CpuSupports(isa)) {
+    state.SkipWithError("CPU lacks this ISA");
+    return;
   }
+  const int n_act = static_cast<int>(state.range(0));
+  const Weights& w = SharedColdWeights(type, k);
+  const Activations act = MakeActivations(type, k, n_act);
+  std::vector<float> out(static_cast<size_t>(w.rows * n_act));
+  const DotFn dot = GetDotKernel(isa, type);
+  int copy = static_cast<int>(int64_t{state.thread_index()} * w.copies / state.threads());
+  for (auto _ : state) {
+    dot(w.Copy(copy), w.row_bytes, static_cast<int>(w.rows), k, act.rows.data(), n_act, out.data(),
+        w.rows);
+    benchmark::DoNotOptimize(out.data());
+    copy = (copy + 1) % w.copies;
+  }
+  state.SetBytesProcessed(state.iterations() * w.matrix_bytes);
+}
+
+uint64_t SumWords(const uint64_t* p, size_t n) {
+  uint64_t a = 0, b = 0, c = 0, d = 0;
+  for (size_t i = 0; i + 3 < n; i += 4) {
+    a += p[i];
+    b += p[i + 1];
+    c += p[i + 2];
+    d += p[i + 3];
+  }
+  return a + b + c + d;
+}
+
+// max(1 GiB, 4 x the largest cache) of words, filled once.
+const std::vector<uint64_t>& StreamBuffer() {
+  static const std::vector<uint64_t> buf = [] {
+    std::vector<uint64_t> b(
+        static_cast<size_t>(std::max<int64_t>(int64_t{1} << 30, BeyondCachesBytes())) / 8);
+    for (size_t i = 0; i < b.size(); ++i) b[i] = i;
+    return b;
+  }();
+  return buf;
+}
+
+// One thread summing the stream buffer with 64-bit loads: what one core streams from memory.
+void BM_StreamRead(benchmark::State& state) {
+  const std::vector<uint64_t>& buf = StreamBuffer();
+  for (auto _ : state) benchmark::DoNotOptimize(SumWords(buf.data(), buf.size()));
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(buf.size() * 8));
 }
-BENCHMARK(BM_StreamRead)->Unit(benchmark::kMillisecond);
 
-#define TANDEM_DOT_BENCH(type, isa)                                                          \
-  BENCHMARK_CAPTURE(BM_Dot, type##_##isa, quant::GgmlType::k##type, Isa::k##isa, false, 2048) \
-      ->Arg(1)                                                                               \
-      ->Arg(2)                                                                               \
-      ->Arg(4)                                                                               \
-      ->Arg(8);                                                                              \
+// Every hardware thread summing its own slice of the stream buffer: the ceiling of
+// BM_DotAllCores.
+void BM_StreamReadAllCores(benchmark::State& state) {
+  const std::vector<uint64_t>& buf = StreamBuffer();
+  const size_t slice = buf.size() / state.threads();
+  const uint64_t* p = buf.data() + slice * state.thread_index();
+  for (auto _ : state) benchmark::DoNotOptimize(SumWords(p, slice));
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(slice * 8));
+}
+
+const int kAllThreads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+
+BENCHMARK(BM_StreamRead)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_StreamReadAllCores)
+    ->Threads(kAllThreads)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+#define TANDEM_DOT_BENCH(type, isa)                                                                \
+  BENCHMARK_CAPTURE(BM_Dot, type##_##isa, quant::GgmlType::k##type, Isa::k##isa, false, 2048)      \
+      ->Arg(1)                                                                                     \
+      ->Arg(2)                                                                                     \
+      ->Arg(4)                                                                                     \
+      ->Arg(8);                                                                                    \
   BENCHMARK_CAPTURE(BM_Dot, type##_##isa##_hot, quant::GgmlType::k##type, Isa::k##isa, true, 2048) \
-      ->Arg(1)                                                                               \
-      ->Arg(2)                                                                               \
-      ->Arg(4)                                                                               \
-      ->Arg(8)                                                                               \
-      ->Arg(64)                                                                              \
+      ->Arg(1)                                                                                     \
+      ->Arg(2)                                                                                     \
+      ->Arg(4)                                                                                     \
+      ->Arg(8)                                                                                     \
+      ->Arg(64)                                                                                    \
       ->Arg(512)
 TANDEM_DOT_BENCH(Q4_K, Scalar);
 TANDEM_DOT_BENCH(Q4_K, Avx2);
@@ -105,16 +196,32 @@ TANDEM_DOT_BENCH(BF16, Avx2);
 TANDEM_DOT_BENCH(BF16, Avx512);
 
 // The down projection's shape (k = 768), 1 and 4 activation rows.
-#define TANDEM_DOWN_BENCH(type, isa)                                                                 \
-  BENCHMARK_CAPTURE(BM_Dot, type##_##isa##_down, quant::GgmlType::k##type, Isa::k##isa, false, 768)  \
-      ->Arg(1)                                                                                       \
-      ->Arg(4);                                                                                      \
-  BENCHMARK_CAPTURE(BM_Dot, type##_##isa##_down_hot, quant::GgmlType::k##type, Isa::k##isa, true, 768) \
-      ->Arg(1)                                                                                       \
+#define TANDEM_DOWN_BENCH(type, isa)                                                              \
+  BENCHMARK_CAPTURE(BM_Dot, type##_##isa##_down, quant::GgmlType::k##type, Isa::k##isa, false,    \
+                    768)                                                                          \
+      ->Arg(1)                                                                                    \
+      ->Arg(4);                                                                                   \
+  BENCHMARK_CAPTURE(BM_Dot, type##_##isa##_down_hot, quant::GgmlType::k##type, Isa::k##isa, true, \
+                    768)                                                                          \
+      ->Arg(1)                                                                                    \
       ->Arg(4)
 TANDEM_DOWN_BENCH(Q4_K, Avx2);
 TANDEM_DOWN_BENCH(Q4_K, Avx512);
 TANDEM_DOWN_BENCH(Q3_K, Avx512);
+
+// All cores: the pool's Flash-Next expert formats, both shapes, 1, 2 and 4 activation rows.
+#define TANDEM_ALL_CORES_BENCH(type, isa, cols)                                                    \
+  BENCHMARK_CAPTURE(BM_DotAllCores, type##_##isa##_k##cols, quant::GgmlType::k##type, Isa::k##isa, \
+                    cols)                                                                          \
+      ->Arg(1)                                                                                     \
+      ->Arg(2)                                                                                     \
+      ->Arg(4)                                                                                     \
+      ->Threads(kAllThreads)                                                                       \
+      ->UseRealTime()
+TANDEM_ALL_CORES_BENCH(Q4_K, Avx512, 2048);
+TANDEM_ALL_CORES_BENCH(Q4_K, Avx512, 768);
+TANDEM_ALL_CORES_BENCH(Q3_K, Avx512, 2048);
+TANDEM_ALL_CORES_BENCH(Q3_K, Avx512, 768);
 
 }  // namespace
 }  // namespace tandem::experts
