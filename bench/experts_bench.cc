@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "experts/kernels.h"
+#include "experts/stream_read.h"
 #include "experts/topology.h"
 #include "runtime/quant/codec.h"
 
@@ -98,7 +99,7 @@ const Weights& SharedColdWeights(quant::GgmlType type, int64_t k) {
 // calling the kernel on its own cold copies in turn (thread t starts at copy t·copies/threads).
 // Loaded memory latency is far above one core's, so a kernel can stream well alone and poorly
 // here: the multi-row prefetch distance was tuned in this regime (docs/perf/experts.md, session
-// 15). Read it against BM_StreamReadAllCores.
+// 15). Read it against BM_StreamReadAllCores/prefetching.
 void BM_DotAllCores(benchmark::State& state, quant::GgmlType type, Isa isa, int64_t k) {
   if (!CpuSupports(isa)) {
     state.SkipWithError("CPU lacks this ISA");
@@ -119,49 +120,55 @@ void BM_DotAllCores(benchmark::State& state, quant::GgmlType type, Isa isa, int6
   state.SetBytesProcessed(state.iterations() * w.matrix_bytes);
 }
 
-uint64_t SumWords(const uint64_t* p, size_t n) {
-  uint64_t a = 0, b = 0, c = 0, d = 0;
-  for (size_t i = 0; i + 3 < n; i += 4) {
-    a += p[i];
-    b += p[i + 1];
-    c += p[i + 2];
-    d += p[i + 3];
-  }
-  return a + b + c + d;
-}
+// max(1 GiB, 4 x the largest cache) of words, filled once, 64-byte aligned.
+struct StreamBuffer {
+  std::vector<uint64_t> raw;
+  const uint64_t* words = nullptr;
+  size_t n = 0;  // a multiple of 16 (experts::SumWordsPrefetching)
+};
 
-// max(1 GiB, 4 x the largest cache) of words, filled once.
-const std::vector<uint64_t>& StreamBuffer() {
-  static const std::vector<uint64_t> buf = [] {
-    std::vector<uint64_t> b(
-        static_cast<size_t>(std::max<int64_t>(int64_t{1} << 30, BeyondCachesBytes())) / 8);
-    for (size_t i = 0; i < b.size(); ++i) b[i] = i;
+const StreamBuffer& SharedStreamBuffer() {
+  static const StreamBuffer buf = [] {
+    StreamBuffer b;
+    b.n =
+        static_cast<size_t>(std::max<int64_t>(int64_t{1} << 30, BeyondCachesBytes())) / 8 / 16 * 16;
+    b.raw.resize(b.n + 8);
+    const uintptr_t at = (reinterpret_cast<uintptr_t>(b.raw.data()) + 63) & ~uintptr_t{63};
+    uint64_t* words = reinterpret_cast<uint64_t*>(at);
+    for (size_t i = 0; i < b.n; ++i) words[i] = i;
+    b.words = words;
     return b;
   }();
   return buf;
 }
 
-// One thread summing the stream buffer with 64-bit loads: what one core streams from memory.
+// One thread summing the stream buffer with plain 64-bit loads: what one core streams from memory.
 void BM_StreamRead(benchmark::State& state) {
-  const std::vector<uint64_t>& buf = StreamBuffer();
-  for (auto _ : state) benchmark::DoNotOptimize(SumWords(buf.data(), buf.size()));
-  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(buf.size() * 8));
+  const StreamBuffer& buf = SharedStreamBuffer();
+  for (auto _ : state) benchmark::DoNotOptimize(SumWordsPlain(buf.words, buf.n));
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(buf.n * 8));
 }
 
-// Every hardware thread summing its own slice of the stream buffer: the ceiling of
-// BM_DotAllCores.
-void BM_StreamReadAllCores(benchmark::State& state) {
-  const std::vector<uint64_t>& buf = StreamBuffer();
-  const size_t slice = buf.size() / state.threads();
-  const uint64_t* p = buf.data() + slice * state.thread_index();
-  for (auto _ : state) benchmark::DoNotOptimize(SumWords(p, slice));
+// Every hardware thread reading its own slice of the stream buffer with one of
+// experts/stream_read.h's readers: the ceilings of BM_DotAllCores.
+void BM_StreamReadAllCores(benchmark::State& state, bool prefetching) {
+  const StreamBuffer& buf = SharedStreamBuffer();
+  const size_t slice = buf.n / state.threads() / 16 * 16;
+  const uint64_t* p = buf.words + slice * state.thread_index();
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(prefetching ? SumWordsPrefetching(p, slice) : SumWordsPlain(p, slice));
+  }
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(slice * 8));
 }
 
 const int kAllThreads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 
 BENCHMARK(BM_StreamRead)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_StreamReadAllCores)
+BENCHMARK_CAPTURE(BM_StreamReadAllCores, plain, false)
+    ->Threads(kAllThreads)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_StreamReadAllCores, prefetching, true)
     ->Threads(kAllThreads)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);

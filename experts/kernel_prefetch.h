@@ -1,12 +1,13 @@
-// Internal to experts/kernel_simd.h: software prefetch of the weight rows ahead of the one the
-// generic kernel loops read (every K-quant, the 32-element formats at one row, F16/BF16). The
-// hardware prefetcher stops at every 4 KiB page and starts over at every pool item (a kernel
-// call), and on the 16-core host a thread streaming an item's rows on it alone kept too few lines
-// in flight: 10 Q4_K experts at 1 row took 453-539 µs a layer (median layer) without this and
-// 323-439 µs with it, the same call alternating builds (2026-11-30, docs/perf/experts.md, session
-// 13); one host core read Q8_0 at 1 row 55-65% faster with it and F16/BF16 13-70% (session 14).
-// 2 KiB ahead measured about the same as 4 KiB. The 2..8-row VNNI and AVX2 kernels keep their own
-// row-based distance (kernel_rows_span.h): 2 or 4 KiB there made the 4-row layer 15-25% slower.
+// Internal to experts/ (kernel_simd.h, stream_read.cc): software prefetch of the weight rows ahead
+// of the one the generic kernel loops read (every K-quant, the 32-element formats at one row,
+// F16/BF16). The hardware prefetcher stops at every 4 KiB page and starts over at every pool item
+// (a kernel call), and on the 16-core host a thread streaming an item's rows on it alone kept too
+// few lines in flight: 10 Q4_K experts at 1 row took 453-539 µs a layer (median layer) without this
+// and 323-439 µs with it, the same call alternating builds (2026-11-30, docs/perf/experts.md,
+// session 13); one host core read Q8_0 at 1 row 55-65% faster with it and F16/BF16 13-70% (session
+// 14). 2 KiB ahead measured about the same as 4 KiB, on all cores too (session 15). The 2..8-row
+// VNNI and AVX2 kernels request whole rows ahead instead (kernel_rows_span.h): requesting their
+// first rows at a call's start made the 4-row layer 15-25% slower (session 13).
 #pragma once
 
 #include <immintrin.h>

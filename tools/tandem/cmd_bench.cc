@@ -7,8 +7,6 @@
 // fifth's ratio is taken against that measurement (TimeLayer): on a shared host (the 16-core H200
 // host moved between 55 and 102 GB/s within one run, 2026-11-30) a single figure from the start
 // compared layers with another moment's machine.
-#include <immintrin.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -21,6 +19,7 @@
 
 #include "CLI/CLI.hpp"
 #include "experts/pool.h"
+#include "experts/stream_read.h"
 #include "experts/topology.h"
 #include "nlohmann/json.hpp"
 #include "runtime/base/stats.h"
@@ -42,12 +41,7 @@ struct Options {
 };
 
 // Streaming read bandwidth over one buffer (filled once; ProbeBytes), each of `threads` threads
-// reading its slice. Passes alternate two loops and the best pass counts: plain 64-bit loads into
-// four sums, and the widest loads the CPU has (64 bytes with AVX-512, else 16) with a software
-// prefetch 4 KiB ahead (as the expert kernels do, experts/kernel_prefetch.h). On the 16-core host
-// the plain loop alone read 78-89 GB/s while the prefetching kernels streamed expert weights at
-// up to 1.13x that (2026-11-30), and 64-byte loads read 4-6% more than 16-byte ones (session 15):
-// a ceiling has to be read the way the fastest reader reads.
+// reading its slice. Passes alternate experts/stream_read.h's two readers and the best pass counts.
 class StreamProbe {
  public:
   // Each thread fills the slice it will read, so on a NUMA host the slices start out on the nodes
@@ -77,7 +71,9 @@ class StreamProbe {
       std::vector<std::thread> pool;
       for (int t = 0; t < threads_; ++t) {
         pool.emplace_back([this, t, prefetch] {
-          sums_[t * 8] = prefetch ? SumPrefetching(buf_ + slice_ * t) : SumPlain(buf_ + slice_ * t);
+          const uint64_t* p = buf_ + slice_ * t;
+          sums_[t * 8] = prefetch ? experts::SumWordsPrefetching(p, slice_)
+                                  : experts::SumWordsPlain(p, slice_);
         });
       }
       for (auto& th : pool) th.join();
@@ -88,60 +84,11 @@ class StreamProbe {
   }
 
  private:
-  static constexpr size_t kPrefetchBytes = 4096;
-
-  uint64_t SumPlain(const uint64_t* p) const {
-    uint64_t a = 0, b = 0, c = 0, d = 0;
-    for (size_t i = 0; i < slice_; i += 4) {
-      a += p[i];
-      b += p[i + 1];
-      c += p[i + 2];
-      d += p[i + 3];
-    }
-    return a + b + c + d;
-  }
   static uint64_t* Align64(uint64_t* p) {
     return reinterpret_cast<uint64_t*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t{63});
   }
 
-  // One 64-byte line a step (the buffer and the slices are whole lines).
-  uint64_t SumPrefetching(const uint64_t* p) const {
-    if (wide_) return SumPrefetching64(p);
-    const __m128i* v = reinterpret_cast<const __m128i*>(p);
-    const size_t n = slice_ / 2;
-    __m128i a = _mm_setzero_si128(), b = a, c = a, d = a;
-    for (size_t i = 0; i < n; i += 4) {
-      _mm_prefetch(reinterpret_cast<const char*>(v + i) + kPrefetchBytes, _MM_HINT_T0);
-      a = _mm_add_epi64(a, _mm_load_si128(v + i));
-      b = _mm_add_epi64(b, _mm_load_si128(v + i + 1));
-      c = _mm_add_epi64(c, _mm_load_si128(v + i + 2));
-      d = _mm_add_epi64(d, _mm_load_si128(v + i + 3));
-    }
-    const __m128i s = _mm_add_epi64(_mm_add_epi64(a, b), _mm_add_epi64(c, d));
-    return static_cast<uint64_t>(_mm_cvtsi128_si64(s)) +
-           static_cast<uint64_t>(_mm_cvtsi128_si64(_mm_unpackhi_epi64(s, s)));
-  }
-
-  __attribute__((target("avx512f"))) uint64_t SumPrefetching64(const uint64_t* p) const {
-    const __m512i* v = reinterpret_cast<const __m512i*>(p);
-    const size_t n = slice_ / 8;
-    __m512i a = _mm512_setzero_si512(), b = a;
-    for (size_t i = 0; i < n; i += 2) {
-      _mm_prefetch(reinterpret_cast<const char*>(v + i) + kPrefetchBytes, _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(v + i + 1) + kPrefetchBytes, _MM_HINT_T0);
-      a = _mm512_add_epi64(a, _mm512_load_si512(v + i));
-      b = _mm512_add_epi64(b, _mm512_load_si512(v + i + 1));
-    }
-    // Through memory: GCC 12's _mm512_reduce_add_epi64 trips -Wuninitialized.
-    alignas(64) uint64_t lanes[8];
-    _mm512_store_si512(lanes, _mm512_add_epi64(a, b));
-    uint64_t sum = 0;
-    for (uint64_t lane : lanes) sum += lane;
-    return sum;
-  }
-
   int threads_;
-  const bool wide_ = __builtin_cpu_supports("avx512f");
   std::unique_ptr<uint64_t[]> raw_;  // uninitialised until the threads fill it
   uint64_t* buf_;                    // raw_ aligned to a line
   size_t size_;

@@ -1,0 +1,60 @@
+#include "experts/stream_read.h"
+
+#include <immintrin.h>
+
+#include "experts/kernel_prefetch.h"
+
+namespace tandem::experts {
+namespace {
+
+uint64_t SumPrefetching16(const uint64_t* p, size_t n) {
+  const __m128i* v = reinterpret_cast<const __m128i*>(p);
+  __m128i a = _mm_setzero_si128(), b = a, c = a, d = a;
+  for (size_t i = 0; i < n / 2; i += 4) {
+    _mm_prefetch(reinterpret_cast<const char*>(v + i) + kPrefetchBytesAhead, _MM_HINT_T0);
+    a = _mm_add_epi64(a, _mm_load_si128(v + i));
+    b = _mm_add_epi64(b, _mm_load_si128(v + i + 1));
+    c = _mm_add_epi64(c, _mm_load_si128(v + i + 2));
+    d = _mm_add_epi64(d, _mm_load_si128(v + i + 3));
+  }
+  const __m128i s = _mm_add_epi64(_mm_add_epi64(a, b), _mm_add_epi64(c, d));
+  return static_cast<uint64_t>(_mm_cvtsi128_si64(s)) +
+         static_cast<uint64_t>(_mm_cvtsi128_si64(_mm_unpackhi_epi64(s, s)));
+}
+
+__attribute__((target("avx512f"))) uint64_t SumPrefetching64(const uint64_t* p, size_t n) {
+  const __m512i* v = reinterpret_cast<const __m512i*>(p);
+  __m512i a = _mm512_setzero_si512(), b = a;
+  for (size_t i = 0; i < n / 8; i += 2) {
+    _mm_prefetch(reinterpret_cast<const char*>(v + i) + kPrefetchBytesAhead, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(v + i + 1) + kPrefetchBytesAhead, _MM_HINT_T0);
+    a = _mm512_add_epi64(a, _mm512_load_si512(v + i));
+    b = _mm512_add_epi64(b, _mm512_load_si512(v + i + 1));
+  }
+  // Through memory: GCC 12's _mm512_reduce_add_epi64 trips -Wuninitialized.
+  alignas(64) uint64_t lanes[8];
+  _mm512_store_si512(lanes, _mm512_add_epi64(a, b));
+  uint64_t sum = 0;
+  for (uint64_t lane : lanes) sum += lane;
+  return sum;
+}
+
+}  // namespace
+
+uint64_t SumWordsPlain(const uint64_t* p, size_t n) {
+  uint64_t a = 0, b = 0, c = 0, d = 0;
+  for (size_t i = 0; i < n; i += 4) {
+    a += p[i];
+    b += p[i + 1];
+    c += p[i + 2];
+    d += p[i + 3];
+  }
+  return a + b + c + d;
+}
+
+uint64_t SumWordsPrefetching(const uint64_t* p, size_t n) {
+  static const bool wide = __builtin_cpu_supports("avx512f");
+  return wide ? SumPrefetching64(p, n) : SumPrefetching16(p, n);
+}
+
+}  // namespace tandem::experts

@@ -1,0 +1,21 @@
+// Streaming reads of a buffer: the ceilings that `tandem bench experts` and the kernel lab
+// (bench/experts_bench.cc) compare the expert kernels with. A ceiling has to be read the way the
+// fastest reader reads, so besides plain loads there is the kernels' own way: the widest loads the
+// CPU has and a software prefetch as far ahead as the kernels keep (kernel_prefetch.h). On the
+// 16-core H200 host the plain loop read 78-89 GB/s while the kernels streamed weights at up to
+// 1.13x that (session 13), and 64-byte loads read 4-6% more than 16-byte ones (session 15).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace tandem::experts {
+
+// Sum of p[0..n) with plain 64-bit loads into four sums (n a multiple of 4).
+uint64_t SumWordsPlain(const uint64_t* p, size_t n);
+
+// Sum of p[0..n) with 64-byte loads where the CPU has AVX-512 (else 16-byte ones) and a software
+// prefetch kPrefetchBytesAhead ahead. p is 64-byte aligned and n a multiple of 16 (two lines).
+uint64_t SumWordsPrefetching(const uint64_t* p, size_t n);
+
+}  // namespace tandem::experts

@@ -1,0 +1,33 @@
+// The bench's ceiling readers must read every word they are given: a reader that skipped lines
+// would report a bandwidth the kernels can never reach.
+#include "experts/stream_read.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace tandem::experts {
+namespace {
+
+TEST(StreamRead, BothReadersSumEveryWord) {
+  constexpr size_t kWords = 16 * 1000;  // more than the 4 KiB prefetch distance, whole line pairs
+  std::vector<uint64_t> raw(kWords + 8);
+  const uintptr_t at = (reinterpret_cast<uintptr_t>(raw.data()) + 63) & ~uintptr_t{63};
+  uint64_t* words = reinterpret_cast<uint64_t*>(at);
+  uint64_t expected = 0;
+  for (size_t i = 0; i < kWords; ++i) {
+    words[i] = i * 2654435761u + 7;  // distinct values, so a skipped or repeated word shows
+    expected += words[i];
+  }
+  EXPECT_EQ(SumWordsPlain(words, kWords), expected);
+  EXPECT_EQ(SumWordsPrefetching(words, kWords), expected);
+  // The last two lines alone: the loops' bounds.
+  uint64_t tail = 0;
+  for (size_t i = kWords - 16; i < kWords; ++i) tail += words[i];
+  EXPECT_EQ(SumWordsPrefetching(words + kWords - 16, 16), tail);
+  EXPECT_EQ(SumWordsPlain(words + kWords - 16, 16), tail);
+}
+
+}  // namespace
+}  // namespace tandem::experts
