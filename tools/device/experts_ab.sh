@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A/B of `tandem bench experts` builds on the device host, alternating so that the host's noise
 # falls on every variant alike, in reverse order on every second pass: on 2026-11-30 the build that
-# ran second in a pass was slower by ~10% whichever it was (docs/perf/experts.md, session 15). Each variant is a folder holding `tandem` (built on the CPU VM):
+# ran second in a pass was slower by ~10% whichever it was (docs/perf/experts.md, session 15).
+# Each variant is a folder holding `tandem` (built on the CPU VM):
 #   REPEAT=3 OUT=$OUT bash tools/device/experts_ab.sh /tmp/v/main /tmp/v/next
 # Prints, per run, the 10-expert and top-8 lines, the summary and the CPU steal ticks during the
 # run (/proc/stat: time the hypervisor ran something else on our CPUs). JSON to $OUT. ARGS adds
