@@ -59,8 +59,10 @@ Activations MakeActivations(quant::GgmlType type, int64_t k, int n_act) {
   const std::vector<float> x(static_cast<size_t>(k), 0.5f);
   const int64_t row_bytes = ActivationRowBytes(type, k);
   a.bytes.resize(static_cast<size_t>(row_bytes * n_act));
-  for (int i = 0; i < n_act; ++i) QuantizeActivations(type, x.data(), k, &a.bytes[i * row_bytes]);
-  for (int i = 0; i < n_act; ++i) a.rows.push_back(&a.bytes[i * row_bytes]);
+  for (int i = 0; i < n_act; ++i) {
+    QuantizeActivations(type, x.data(), k, &a.bytes[i * row_bytes]);
+    a.rows.push_back(&a.bytes[i * row_bytes]);
+  }
   return a;
 }
 
@@ -120,23 +122,14 @@ void BM_DotAllCores(benchmark::State& state, quant::GgmlType type, Isa isa, int6
   state.SetBytesProcessed(state.iterations() * w.matrix_bytes);
 }
 
-// max(1 GiB, 4 x the largest cache) of words, filled once, 64-byte aligned.
-struct StreamBuffer {
-  std::vector<uint64_t> raw;
-  const uint64_t* words = nullptr;
-  size_t n = 0;  // a multiple of 16 (experts::SumWordsPrefetching)
-};
-
-const StreamBuffer& SharedStreamBuffer() {
-  static const StreamBuffer buf = [] {
-    StreamBuffer b;
-    b.n =
-        static_cast<size_t>(std::max<int64_t>(int64_t{1} << 30, BeyondCachesBytes())) / 8 / 16 * 16;
-    b.raw.resize(b.n + 8);
-    const uintptr_t at = (reinterpret_cast<uintptr_t>(b.raw.data()) + 63) & ~uintptr_t{63};
-    uint64_t* words = reinterpret_cast<uint64_t*>(at);
-    for (size_t i = 0; i < b.n; ++i) words[i] = i;
-    b.words = words;
+// max(1 GiB, 4 x the largest cache) of words (a multiple of 16, as SumWordsPrefetching reads),
+// filled once.
+const LineAlignedWords& SharedStreamBuffer() {
+  static const LineAlignedWords buf = [] {
+    LineAlignedWords b(
+        static_cast<size_t>(std::max<int64_t>(int64_t{1} << 30, BeyondCachesBytes())) / 8 / 16 *
+        16);
+    for (size_t i = 0; i < b.size(); ++i) b.data()[i] = i;
     return b;
   }();
   return buf;
@@ -144,17 +137,17 @@ const StreamBuffer& SharedStreamBuffer() {
 
 // One thread summing the stream buffer with plain 64-bit loads: what one core streams from memory.
 void BM_StreamRead(benchmark::State& state) {
-  const StreamBuffer& buf = SharedStreamBuffer();
-  for (auto _ : state) benchmark::DoNotOptimize(SumWordsPlain(buf.words, buf.n));
-  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(buf.n * 8));
+  const LineAlignedWords& buf = SharedStreamBuffer();
+  for (auto _ : state) benchmark::DoNotOptimize(SumWordsPlain(buf.data(), buf.size()));
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(buf.size() * 8));
 }
 
 // Every hardware thread reading its own slice of the stream buffer with one of
 // experts/stream_read.h's readers: the ceilings of BM_DotAllCores.
 void BM_StreamReadAllCores(benchmark::State& state, bool prefetching) {
-  const StreamBuffer& buf = SharedStreamBuffer();
-  const size_t slice = buf.n / state.threads() / 16 * 16;
-  const uint64_t* p = buf.words + slice * state.thread_index();
+  const LineAlignedWords& buf = SharedStreamBuffer();
+  const size_t slice = buf.size() / state.threads() / 16 * 16;
+  const uint64_t* p = buf.data() + slice * state.thread_index();
   for (auto _ : state) {
     benchmark::DoNotOptimize(prefetching ? SumWordsPrefetching(p, slice) : SumWordsPlain(p, slice));
   }

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 namespace tandem::experts {
 
@@ -17,5 +18,22 @@ uint64_t SumWordsPlain(const uint64_t* p, size_t n);
 // Sum of p[0..n) with 64-byte loads where the CPU has AVX-512 (else 16-byte ones) and a software
 // prefetch kPrefetchBytesAhead ahead. p is 64-byte aligned and n a multiple of 16 (two lines).
 uint64_t SumWordsPrefetching(const uint64_t* p, size_t n);
+
+// n words starting on a 64-byte line, uninitialised: a buffer for the readers above.
+class LineAlignedWords {
+ public:
+  explicit LineAlignedWords(size_t n)
+      : raw_(new uint64_t[n + 8]),
+        words_(reinterpret_cast<uint64_t*>((reinterpret_cast<uintptr_t>(raw_.get()) + 63) &
+                                           ~uintptr_t{63})),
+        n_(n) {}
+  uint64_t* data() const { return words_; }
+  size_t size() const { return n_; }
+
+ private:
+  std::unique_ptr<uint64_t[]> raw_;
+  uint64_t* words_;
+  size_t n_;
+};
 
 }  // namespace tandem::experts

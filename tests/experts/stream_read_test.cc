@@ -5,16 +5,15 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <vector>
 
 namespace tandem::experts {
 namespace {
 
 TEST(StreamRead, BothReadersSumEveryWord) {
   constexpr size_t kWords = 16 * 1000;  // more than the 4 KiB prefetch distance, whole line pairs
-  std::vector<uint64_t> raw(kWords + 8);
-  const uintptr_t at = (reinterpret_cast<uintptr_t>(raw.data()) + 63) & ~uintptr_t{63};
-  uint64_t* words = reinterpret_cast<uint64_t*>(at);
+  LineAlignedWords buffer(kWords);
+  uint64_t* words = buffer.data();
+  ASSERT_EQ(reinterpret_cast<uintptr_t>(words) % 64, 0u);
   uint64_t expected = 0;
   for (size_t i = 0; i < kWords; ++i) {
     words[i] = i * 2654435761u + 7;  // distinct values, so a skipped or repeated word shows

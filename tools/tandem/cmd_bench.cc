@@ -48,16 +48,14 @@ class StreamProbe {
   // of the threads that read them (first touch; the threads are not pinned).
   StreamProbe(int threads, size_t bytes)
       : threads_(threads),
-        raw_(new uint64_t[bytes / 8 + 8]),
-        buf_(Align64(raw_.get())),
-        size_(bytes / 8),
-        slice_(size_ / threads / 16 * 16),
+        buf_(bytes / 8),
+        slice_(buf_.size() / threads / 16 * 16),
         sums_(threads * 8) {
     std::vector<std::thread> fill;
     for (int t = 0; t < threads_; ++t) {
       fill.emplace_back([this, t] {
-        const size_t first = slice_ * t, end = t + 1 == threads_ ? size_ : first + slice_;
-        for (size_t i = first; i < end; ++i) buf_[i] = i;
+        const size_t first = slice_ * t, end = t + 1 == threads_ ? buf_.size() : first + slice_;
+        for (size_t i = first; i < end; ++i) buf_.data()[i] = i;
       });
     }
     for (auto& th : fill) th.join();
@@ -71,7 +69,7 @@ class StreamProbe {
       std::vector<std::thread> pool;
       for (int t = 0; t < threads_; ++t) {
         pool.emplace_back([this, t, prefetch] {
-          const uint64_t* p = buf_ + slice_ * t;
+          const uint64_t* p = buf_.data() + slice_ * t;
           sums_[t * 8] = prefetch ? experts::SumWordsPrefetching(p, slice_)
                                   : experts::SumWordsPlain(p, slice_);
         });
@@ -84,15 +82,9 @@ class StreamProbe {
   }
 
  private:
-  static uint64_t* Align64(uint64_t* p) {
-    return reinterpret_cast<uint64_t*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t{63});
-  }
-
   int threads_;
-  std::unique_ptr<uint64_t[]> raw_;  // uninitialised until the threads fill it
-  uint64_t* buf_;                    // raw_ aligned to a line
-  size_t size_;
-  size_t slice_;  // words each thread reads: whole pairs of 64-byte lines
+  experts::LineAlignedWords buf_;  // uninitialised until the threads fill it
+  size_t slice_;                   // words each thread reads: whole pairs of 64-byte lines
   std::vector<uint64_t> sums_;
 };
 
@@ -335,7 +327,8 @@ void RegisterBench(CLI::App& app, int* exit_code) {
   CLI::App* ex = bench->add_subcommand(
       "experts", "CPU expert pool: stream bandwidth, expert layers, dispatch (not a test)");
   ex->add_option("--json", options->json, "Write the report here");
-  ex->add_option("--threads", options->threads, "Pool threads including the caller (0: every core)");
+  ex->add_option("--threads", options->threads,
+                 "Pool threads including the caller (0: every core)");
   AddExpertPoolFlags(ex, &options->isa, &options->numa, &options->backup_us);
   ex->add_option("--seconds", options->seconds, "Time per case")->check(CLI::PositiveNumber);
   ex->add_option("--experts", options->n_expert,
