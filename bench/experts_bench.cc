@@ -7,6 +7,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -102,13 +103,14 @@ const Weights& SharedColdWeights(quant::GgmlType type, int64_t k) {
 // Loaded memory latency is far above one core's, so a kernel can stream well alone and poorly
 // here: the multi-row prefetch distance was tuned in this regime (docs/perf/experts.md, session
 // 15). Read it against BM_StreamReadAllCores/prefetching.
-void BM_DotAllCores(benchmark::State& state, quant::GgmlType type, Isa isa, int64_t k) {
+void BM_DotAllCores(benchmark::State& state, quant::GgmlType type, Isa isa, int64_t k, bool hot) {
   if (!CpuSupports(isa)) {
     state.SkipWithError("CPU lacks this ISA");
     return;
   }
   const int n_act = static_cast<int>(state.range(0));
-  const Weights& w = SharedColdWeights(type, k);
+  const Weights own_hot = hot ? MakeWeights(type, /*hot=*/true, k) : Weights{};
+  const Weights& w = hot ? own_hot : SharedColdWeights(type, k);
   const Activations act = MakeActivations(type, k, n_act);
   std::vector<float> out(static_cast<size_t>(w.rows * n_act));
   const DotFn dot = GetDotKernel(isa, type);
@@ -122,13 +124,13 @@ void BM_DotAllCores(benchmark::State& state, quant::GgmlType type, Isa isa, int6
   state.SetBytesProcessed(state.iterations() * w.matrix_bytes);
 }
 
-// max(1 GiB, 4 x the largest cache) of words (a multiple of 16, as SumWordsPrefetching reads),
-// filled once.
+// max(1 GiB, 4 x the largest cache) in whole claims of StreamReadClaimed (so also a multiple of
+// the 16 words SumWordsPrefetching reads at a time), filled once.
 const LineAlignedWords& SharedStreamBuffer() {
   static const LineAlignedWords buf = [] {
     LineAlignedWords b(
-        static_cast<size_t>(std::max<int64_t>(int64_t{1} << 30, BeyondCachesBytes())) / 8 / 16 *
-        16);
+        static_cast<size_t>(std::max<int64_t>(int64_t{1} << 30, BeyondCachesBytes())) / 8 /
+        kStreamChunkWords * kStreamChunkWords);
     for (size_t i = 0; i < b.size(); ++i) b.data()[i] = i;
     return b;
   }();
@@ -153,6 +155,48 @@ void BM_StreamReadAllCores(benchmark::State& state, bool prefetching) {
   }
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(slice * 8));
 }
+
+// All hardware threads started per pass, as `tandem bench experts` reads: `claimed`, its probe
+// (StreamReadClaimed: 1 MiB claims); `slices`, one equal slice per thread, the pass waiting for the
+// slowest thread, with the slowest and fastest thread's own rate over all passes. On the 16-core
+// H200 host the slices read 96-127 GB/s and the claims 131-144, the slowest thread at half the
+// fastest's rate (docs/perf/experts.md, session 16).
+void BM_StreamPass(benchmark::State& state, bool claimed) {
+  const LineAlignedWords& buf = SharedStreamBuffer();
+  const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (claimed) {
+    for (auto _ : state) {
+      const double gbps = StreamReadClaimed(buf, threads, /*prefetching=*/true).gbps;
+      state.SetIterationTime(static_cast<double>(buf.size() * 8) / gbps / 1e9);
+    }
+    state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(buf.size() * 8));
+    return;
+  }
+  const size_t slice = buf.size() / threads / 16 * 16;
+  std::vector<double> seconds(threads);
+  double slowest = 0, fastest = 1e30;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<std::thread> readers;
+    for (int t = 0; t < threads; ++t) {
+      readers.emplace_back([&, t] {
+        const auto s0 = std::chrono::steady_clock::now();
+        benchmark::DoNotOptimize(SumWordsPrefetching(buf.data() + slice * t, slice));
+        seconds[t] = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
+      });
+    }
+    for (std::thread& r : readers) r.join();
+    state.SetIterationTime(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    slowest = std::max(slowest, *std::max_element(seconds.begin(), seconds.end()));
+    fastest = std::min(fastest, *std::min_element(seconds.begin(), seconds.end()));
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(slice * threads * 8));
+  state.counters["slowest_thread_gbps"] = static_cast<double>(slice * 8) / slowest / 1e9;
+  state.counters["fastest_thread_gbps"] = static_cast<double>(slice * 8) / fastest / 1e9;
+}
+BENCHMARK_CAPTURE(BM_StreamPass, slices, false)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_StreamPass, claimed, true)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 const int kAllThreads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 
@@ -212,7 +256,7 @@ TANDEM_DOWN_BENCH(Q3_K, Avx512);
 // All cores: the pool's Flash-Next expert formats, both shapes, 1, 2 and 4 activation rows.
 #define TANDEM_ALL_CORES_BENCH(type, isa, cols)                                                    \
   BENCHMARK_CAPTURE(BM_DotAllCores, type##_##isa##_k##cols, quant::GgmlType::k##type, Isa::k##isa, \
-                    cols)                                                                          \
+                    cols, false)                                                                   \
       ->Arg(1)                                                                                     \
       ->Arg(2)                                                                                     \
       ->Arg(4)                                                                                     \
@@ -222,6 +266,14 @@ TANDEM_ALL_CORES_BENCH(Q4_K, Avx512, 2048);
 TANDEM_ALL_CORES_BENCH(Q4_K, Avx512, 768);
 TANDEM_ALL_CORES_BENCH(Q3_K, Avx512, 2048);
 TANDEM_ALL_CORES_BENCH(Q3_K, Avx512, 768);
+// The same calls on each thread's own L2-resident matrix: the compute ceiling of all cores at once,
+// against BM_Dot's hot cases (one core).
+BENCHMARK_CAPTURE(BM_DotAllCores, Q4_K_Avx512_k2048_hot, quant::GgmlType::kQ4_K, Isa::kAvx512, 2048,
+                  true)
+    ->Arg(1)
+    ->Arg(4)
+    ->Threads(kAllThreads)
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace tandem::experts

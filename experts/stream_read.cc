@@ -2,6 +2,11 @@
 
 #include <immintrin.h>
 
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
 #include "experts/kernel_prefetch.h"
 
 namespace tandem::experts {
@@ -55,6 +60,29 @@ uint64_t SumWordsPlain(const uint64_t* p, size_t n) {
 uint64_t SumWordsPrefetching(const uint64_t* p, size_t n) {
   static const bool wide = __builtin_cpu_supports("avx512f");
   return wide ? SumPrefetching64(p, n) : SumPrefetching16(p, n);
+}
+
+StreamReading StreamReadClaimed(const LineAlignedWords& buf, int threads, bool prefetching) {
+  const size_t chunks = buf.size() / kStreamChunkWords;
+  std::atomic<size_t> next{0};
+  std::atomic<uint64_t> total{0};
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::thread> readers;
+  for (int t = 0; t < threads; ++t) {
+    readers.emplace_back([&] {
+      uint64_t sum = 0;
+      for (size_t c; (c = next.fetch_add(1, std::memory_order_relaxed)) < chunks;) {
+        const uint64_t* p = buf.data() + c * kStreamChunkWords;
+        sum += prefetching ? SumWordsPrefetching(p, kStreamChunkWords)
+                           : SumWordsPlain(p, kStreamChunkWords);
+      }
+      total.fetch_add(sum, std::memory_order_relaxed);
+    });
+  }
+  for (std::thread& r : readers) r.join();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return {static_cast<double>(chunks * kStreamChunkWords * 8) / seconds / 1e9, total.load()};
 }
 
 }  // namespace tandem::experts

@@ -3,7 +3,9 @@
 // fastest reader reads, so besides plain loads there is the kernels' own way: the widest loads the
 // CPU has and a software prefetch as far ahead as the kernels keep (kernel_prefetch.h). On the
 // 16-core H200 host the plain loop read 78-89 GB/s while the kernels streamed weights at up to
-// 1.13x that (session 13), and 64-byte loads read 4-6% more than 16-byte ones (session 15).
+// 1.13x that (session 13), and 64-byte loads read 4-6% more than 16-byte ones (session 15). And it
+// has to share the work the way the pool does, by claims: on that host some threads read at half
+// the rate of others, so equal slices measured the slowest thread (session 16).
 #pragma once
 
 #include <cstddef>
@@ -35,5 +37,19 @@ class LineAlignedWords {
   uint64_t* words_;
   size_t n_;
 };
+
+// What StreamReadClaimed read: the rate over the whole call (thread start and join included) and
+// the sum of every word, so that a claim read twice or skipped shows.
+struct StreamReading {
+  double gbps;
+  uint64_t sum;
+};
+
+// Reads all of buf with `threads` threads started for the call, each claiming kStreamChunkWords at
+// a time until none are left, with SumWordsPrefetching or SumWordsPlain: the way the pool's workers
+// share a layer, so that a thread the host slows down reads less instead of holding the read up.
+// buf.size() is a multiple of kStreamChunkWords.
+inline constexpr size_t kStreamChunkWords = (size_t{1} << 20) / 8;  // 1 MiB
+StreamReading StreamReadClaimed(const LineAlignedWords& buf, int threads, bool prefetching);
 
 }  // namespace tandem::experts

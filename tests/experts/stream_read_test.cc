@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <initializer_list>
 
 namespace tandem::experts {
 namespace {
@@ -26,6 +27,23 @@ TEST(StreamRead, BothReadersSumEveryWord) {
   for (size_t i = kWords - 16; i < kWords; ++i) tail += words[i];
   EXPECT_EQ(SumWordsPrefetching(words + kWords - 16, 16), tail);
   EXPECT_EQ(SumWordsPlain(words + kWords - 16, 16), tail);
+}
+
+TEST(StreamRead, ClaimsReadEveryChunkOnce) {
+  constexpr size_t kWords = 3 * kStreamChunkWords;
+  LineAlignedWords buffer(kWords);
+  uint64_t expected = 0;
+  for (size_t i = 0; i < kWords; ++i) {
+    buffer.data()[i] = i * 2654435761u + 7;
+    expected += buffer.data()[i];
+  }
+  for (int threads : {1, 2, 5}) {  // 5: more threads than chunks
+    for (bool prefetching : {false, true}) {
+      const StreamReading r = StreamReadClaimed(buffer, threads, prefetching);
+      EXPECT_EQ(r.sum, expected) << threads << " threads, prefetching " << prefetching;
+      EXPECT_GT(r.gbps, 0.0);
+    }
+  }
 }
 
 }  // namespace

@@ -40,21 +40,18 @@ struct Options {
   int backup_us = experts::kDefaultBackupMicros;
 };
 
-// Streaming read bandwidth over one buffer (filled once; ProbeBytes), each of `threads` threads
-// reading its slice. Passes alternate experts/stream_read.h's two readers and the best pass counts.
+// Streaming read bandwidth of all pool threads over one buffer (filled once; ProbeBytes), read by
+// claims (experts::StreamReadClaimed). Passes alternate experts/stream_read.h's two readers and the
+// best pass counts.
 class StreamProbe {
  public:
-  // Each thread fills the slice it will read, so on a NUMA host the slices start out on the nodes
-  // of the threads that read them (first touch; the threads are not pinned).
-  StreamProbe(int threads, size_t bytes)
-      : threads_(threads),
-        buf_(bytes / 8),
-        slice_(buf_.size() / threads / 16 * 16),
-        sums_(threads * 8) {
+  // Filled by `threads` threads, one slice each: a 1 GiB fill by one thread takes seconds.
+  StreamProbe(int threads, size_t bytes) : threads_(threads), buf_(bytes / 8) {
+    const size_t slice = buf_.size() / threads_;
     std::vector<std::thread> fill;
     for (int t = 0; t < threads_; ++t) {
-      fill.emplace_back([this, t] {
-        const size_t first = slice_ * t, end = t + 1 == threads_ ? buf_.size() : first + slice_;
+      fill.emplace_back([this, t, slice] {
+        const size_t first = slice * t, end = t + 1 == threads_ ? buf_.size() : first + slice;
         for (size_t i = first; i < end; ++i) buf_.data()[i] = i;
       });
     }
@@ -64,19 +61,7 @@ class StreamProbe {
   double Measure(int passes) {
     double best = 0;
     for (int pass = 0; pass < passes; ++pass) {
-      const bool prefetch = pass % 2 == 0;
-      const auto t0 = Clock::now();
-      std::vector<std::thread> pool;
-      for (int t = 0; t < threads_; ++t) {
-        pool.emplace_back([this, t, prefetch] {
-          const uint64_t* p = buf_.data() + slice_ * t;
-          sums_[t * 8] = prefetch ? experts::SumWordsPrefetching(p, slice_)
-                                  : experts::SumWordsPlain(p, slice_);
-        });
-      }
-      for (auto& th : pool) th.join();
-      best = std::max(
-          best, static_cast<double>(slice_ * threads_ * 8) / Seconds(Clock::now() - t0) / 1e9);
+      best = std::max(best, experts::StreamReadClaimed(buf_, threads_, pass % 2 == 0).gbps);
     }
     return best;
   }
@@ -84,11 +69,10 @@ class StreamProbe {
  private:
   int threads_;
   experts::LineAlignedWords buf_;  // uninitialised until the threads fill it
-  size_t slice_;                   // words each thread reads: whole pairs of 64-byte lines
-  std::vector<uint64_t> sums_;
 };
 
-// Bytes of the stream probe's buffer: four times the largest cache, at least 1 GiB.
+// Bytes of the stream probe's buffer: four times the largest cache, at least 1 GiB, in whole MiB
+// (StreamReadClaimed's claims).
 size_t ProbeBytes() {
   return static_cast<size_t>(std::max<int64_t>(int64_t{1} << 30, experts::BeyondCachesBytes())) /
          (1 << 20) * (1 << 20);
