@@ -1,5 +1,5 @@
-// Internal to experts/kernels_avx2.cc: the 2..kMaxKernelRows-row (speculative verify) kernel for
-// Q4_K on AVX2 without VNNI. The generic loop (kernel_simd.h) pays maddubs + madd + add
+// Internal to experts/kernels_avx2.cc: the 1..kMaxKernelRows-row (decode and speculative verify)
+// kernel for Q4_K on AVX2 without VNNI. The generic loop (kernel_simd.h) pays maddubs + madd + add
 // per 32 weight bytes per activation row, because each 32-byte run is one sub-block and the next
 // run has another scale. Here each weight block is decoded once, with a 4×4 dword transpose of its
 // four 32-byte qs groups, into chunks in which every 16-bit lane belongs to the same sub-block in
@@ -7,7 +7,9 @@
 // per four chunks to apply the scales. What depends only on the activations (their qs in the same
 // element order, bsums·d as floats, d) is prepared once per call in a stack buffer of
 // kRowsSpanBlocks blocks per row. Integer sums are exact, so results equal the generic path's up
-// to float rounding. Must not be used for one row: the transpose and the copy would not pay there.
+// to float rounding. At one row it too beats the generic loop: experts_bench on the 2-core Zen 4
+// VM, three alternating passes (2026-11-30), hot 18.6-18.7 -> 20.7-21.2 GB/s, cold 13.0-15.2 ->
+// 15.0-16.1, down shape cold 15.0-15.1 -> 17.9-18.2.
 // Q5_K the same way measured no gain at 2 and 4 rows (2026-11-29, experts_bench hot: 12.8 / 8.1 ->
 // 12.2 / 8.1 GB/s; its qh bits cost four ops per chunk on top of the transpose), so it is not here.
 #pragma once

@@ -5,9 +5,10 @@
 // few lines in flight: 10 Q4_K experts at 1 row took 453-539 µs a layer (median layer) without this
 // and 323-439 µs with it, the same call alternating builds (2026-11-30, docs/perf/experts.md,
 // session 13); one host core read Q8_0 at 1 row 55-65% faster with it and F16/BF16 13-70% (session
-// 14). 2 KiB ahead measured about the same as 4 KiB, on all cores too (session 15). The 2..8-row
-// VNNI and AVX2 kernels request whole rows ahead instead (kernel_rows_span.h): requesting their
-// first rows at a call's start made the 4-row layer 15-25% slower (session 13).
+// 14). 2 KiB ahead measured about the same as 4 KiB, on all cores too (session 15). The VNNI and
+// AVX2 rows kernels (kernel_vnni_rows.h, kernel_avx2_rows.h) request whole rows ahead instead
+// (kernel_rows_span.h): requesting their first rows at a call's start made the 4-row layer 15-25%
+// slower (session 13).
 #pragma once
 
 #include <immintrin.h>

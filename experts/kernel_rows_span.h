@@ -1,4 +1,4 @@
-// Internal to experts/kernel_vnni_rows.h and experts/kernel_avx2_rows.h: what the two 2..8-row
+// Internal to experts/kernel_vnni_rows.h and experts/kernel_avx2_rows.h: what the two 1..8-row
 // kernels share about walking the weights, span by span of activation blocks, row by row. Internal
 // linkage, like the other kernel headers, because each kernel file has its own -m flags.
 #pragma once

@@ -11,8 +11,8 @@
 // DotScaled(acc, unsigned q, y, scale) = acc + Σ pairs of q·y times scale into int32 lanes,
 // SubCorr, AddI, FmaScalar(isum, s, acc) = acc + float(isum)·s, Reduce, Dot32 (32 unsigned × 32
 // signed bytes into 8 int32), LoadWeights<T> (F16/BF16 to f32), LoadF, Fma, AddF, ZeroI, ZeroF,
-// and kMultiRowKernel<T>: true where the policy has its own 2..kMaxKernelRows-row kernel
-// MultiRows<T, N>::Run for T (kernel_vnni_rows.h), which then replaces the generic loop.
+// and kOwnKernel<T, N>: true where the policy has its own kernel OwnKernel<T, N>::Run for T at N
+// rows (kernel_vnni_rows.h, kernel_avx2_rows.h), which then replaces the generic loop.
 #pragma once
 
 #include <immintrin.h>
@@ -238,8 +238,8 @@ using RowsFn = void (*)(const uint8_t*, int64_t, int, int64_t, const uint8_t* co
 template <class V, quant::GgmlType T, int N>
 struct RowsKernel {
   static constexpr RowsFn Get() {
-    if constexpr (N >= 2 && V::template kMultiRowKernel<T>)
-      return &V::template MultiRows<T, N>::Run;
+    if constexpr (V::template kOwnKernel<T, N>)
+      return &V::template OwnKernel<T, N>::Run;
     else if constexpr (Format<T>::kFamily == Family::kK)
       return &KRows<V, T, N>::Run;
     else if constexpr (Format<T>::kFamily == Family::k32)

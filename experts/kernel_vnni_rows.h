@@ -1,14 +1,16 @@
-// Internal to experts/kernels_avx512.cc: the 2..kMaxKernelRows-row (speculative verify) kernels
-// for Q4_K, Q5_K and Q3_K on AVX-512 VNNI. The generic loop (kernel_simd.h) pays maddubs + vpdpwssd
-// per 64 weight bytes per activation row, because each chunk mixes sub-blocks with different
-// scales. Here each weight block is decoded once into a lane order in which every int32 lane
-// belongs to one sub-block in every chunk, so each row pays one vpdpbusd per chunk and one vpdpwssd
-// (Q3_K) or two (Q4_K, Q5_K) per block to apply the scales. What depends only on the activations is
-// prepared once per call (a stack buffer of kRowsSpanBlocks blocks per row): the rows' qs in that
-// element order, Q3_K's offset correction as the lanes' starting value, Q4_K/Q5_K's bsums as floats
-// scaled by the row's d (two rows per register, so one FMA applies a block's mins to two rows) and
-// the rows' d. Integer sums are exact, so results equal the generic path's up to float rounding.
-// Must not be used for one row: the copy and the shuffles cost more than they save there.
+// Internal to experts/kernels_avx512.cc: the 1..kMaxKernelRows-row (decode and speculative verify)
+// kernels for Q4_K, Q5_K and Q3_K on AVX-512 VNNI. The generic loop (kernel_simd.h) pays maddubs +
+// vpdpwssd per 64 weight bytes per activation row, because each chunk mixes sub-blocks with
+// different scales. Here each weight block is decoded once into a lane order in which every int32
+// lane belongs to one sub-block in every chunk, so each row pays one vpdpbusd per chunk and one
+// vpdpwssd (Q3_K) or two (Q4_K, Q5_K) per block to apply the scales. What depends only on the
+// activations is prepared once per call (a stack buffer of kRowsSpanBlocks blocks per row): the
+// rows' qs in that element order, Q3_K's offset correction as the lanes' starting value,
+// Q4_K/Q5_K's bsums as floats scaled by the row's d (two rows per register, so one FMA applies a
+// block's mins to two rows) and the rows' d. Integer sums are exact, so results equal the generic
+// path's up to float rounding. At one row the copy is paid once per call and the shuffles once per
+// block, and this still runs Q4_K and Q3_K faster than the generic loop (kernels_avx512.cc says
+// where and by how much).
 #pragma once
 
 #include <immintrin.h>

@@ -15,11 +15,11 @@ struct Avx2Policy {
   using IVec = __m256i;
   using FVec = __m256;
   static constexpr int kChunkBytes = 32, kChunks = 8, kFloats = 8;
-  // 2..8 rows of Q4_K: int16 sums across chunks, one madd per four chunks (kernel_avx2_rows.h).
-  template <quant::GgmlType T>
-  static constexpr bool kMultiRowKernel = T == quant::GgmlType::kQ4_K;
+  // Q4_K at 1..8 rows: int16 sums across chunks, one madd per four chunks (kernel_avx2_rows.h).
   template <quant::GgmlType T, int N>
-  using MultiRows = Avx2KRows<T, N>;
+  static constexpr bool kOwnKernel = T == quant::GgmlType::kQ4_K;
+  template <quant::GgmlType T, int N>
+  using OwnKernel = Avx2KRows<T, N>;
 
   static IVec ZeroI() { return _mm256_setzero_si256(); }
   static FVec ZeroF() { return _mm256_setzero_ps(); }

@@ -19,12 +19,15 @@ struct Avx512Policy {
   using IVec = __m512i;
   using FVec = __m512;
   static constexpr int kChunkBytes = 64, kChunks = 4, kFloats = 16;
-  // 2..8 rows of Q4_K, Q5_K and Q3_K: one vpdpbusd per chunk and row (kernel_vnni_rows.h).
-  template <quant::GgmlType T>
-  static constexpr bool kMultiRowKernel =
-      T == quant::GgmlType::kQ4_K || T == quant::GgmlType::kQ5_K || T == quant::GgmlType::kQ3_K;
+  // Q4_K and Q3_K at 1..8 rows, Q5_K at 2..8: one vpdpbusd per chunk and row
+  // (kernel_vnni_rows.h). At one row, experts_bench on the 16-core H200 host (2026-11-30): Q4_K hot
+  // 12.5 -> 16.7 GB/s, cold 10.3 -> 11.7; Q3_K hot 9.8 -> 11.4, cold 9.1 -> 10.2; Q5_K cold 9.2 ->
+  // 8.6 (its high bits cost four ops per chunk), so Q5_K keeps the generic loop at one row.
   template <quant::GgmlType T, int N>
-  using MultiRows = VnniKRows<T, N>;
+  static constexpr bool kOwnKernel = T == quant::GgmlType::kQ4_K || T == quant::GgmlType::kQ3_K ||
+                                     (T == quant::GgmlType::kQ5_K && N >= 2);
+  template <quant::GgmlType T, int N>
+  using OwnKernel = VnniKRows<T, N>;
 
   static IVec ZeroI() { return _mm512_setzero_si512(); }
   static FVec ZeroF() { return _mm512_setzero_ps(); }
