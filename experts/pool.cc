@@ -291,6 +291,7 @@ struct alignas(64) ThreadState {
   std::atomic<uint64_t> home{0}, away{0};
   std::atomic<int> in_set{0};
   std::atomic<uint64_t> items_done{0};
+  std::atomic<uint64_t> kernel_ns{0};  // ExpertPool::kernel_ns
 };
 
 // Item state bits (phases A and B): done, a backup run taken, and the lane whose outputs count.
@@ -406,6 +407,24 @@ int64_t NowNs() {
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
+
+// Adds the time from construction to destruction to a thread's kernel_ns (its own line: a load and
+// a store, no read-modify-write). Around the A and B items' kernel calls only: each is 5-50 µs, so
+// the two clock reads cost well under 1%.
+class KernelTimer {
+ public:
+  explicit KernelTimer(std::atomic<uint64_t>& total) : total_(total), start_(NowNs()) {}
+  ~KernelTimer() {
+    total_.store(total_.load(std::memory_order_relaxed) + static_cast<uint64_t>(NowNs() - start_),
+                 std::memory_order_relaxed);
+  }
+  KernelTimer(const KernelTimer&) = delete;
+  KernelTimer& operator=(const KernelTimer&) = delete;
+
+ private:
+  std::atomic<uint64_t>& total_;
+  int64_t start_;
+};
 
 }  // namespace
 
@@ -666,6 +685,13 @@ ExpertPool::ClaimCounts ExpertPool::claim_counts() const {
 }
 
 uint64_t ExpertPool::backups() const { return impl_->backups.load(std::memory_order_relaxed); }
+
+uint64_t ExpertPool::kernel_ns() const {
+  uint64_t ns = 0;
+  for (int t = 0; t < n_threads_; ++t)
+    ns += impl_->threads[t].kernel_ns.load(std::memory_order_relaxed);
+  return ns;
+}
 
 absl::StatusOr<int64_t> ExpertPool::BindWeights(const ExpertWeights& w) {
   Impl& impl = *impl_;
@@ -939,6 +965,7 @@ void ExpertPool::RunItem(JobSet& set, uint32_t item, int lane, int thread) {
     }
     float* h = set.gate[lane].data() + static_cast<int64_t>(g.first) * w.n_ff + f0;
     float* u = set.up[lane].data() + static_cast<int64_t>(g.first) * w.n_ff + f0;
+    const KernelTimer timer(impl_->threads[thread].kernel_ns);
     set.gate_up_dot(w.gate.Expert(g.expert) + f0 * w.gate.row_bytes, w.gate.row_bytes, nf, w.hidden,
                     act, g.count, h, w.n_ff);
     set.gate_up_dot(w.up.Expert(g.expert) + f0 * w.up.row_bytes, w.up.row_bytes, nf, w.hidden, act,
@@ -979,6 +1006,7 @@ void ExpertPool::RunItem(JobSet& set, uint32_t item, int lane, int thread) {
       act[a] = set.hq.data() + static_cast<int64_t>(g.first + a) * set.hq_stride;
     }
     float* part = set.down[lane].data() + static_cast<int64_t>(g.first) * w.hidden + c0;
+    const KernelTimer timer(impl_->threads[thread].kernel_ns);
     set.down_dot(w.down.Expert(g.expert) + c0 * w.down.row_bytes, w.down.row_bytes, nc, w.n_ff, act,
                  g.count, part, w.hidden);
     finish(set.b_done);

@@ -134,6 +134,10 @@ class ExpertPool {
   // Items run a second time because their first run was late (PoolOptions::backup_us), since
   // Create.
   uint64_t backups() const;
+  // Nanoseconds all threads together spent in the gate/up and down kernel calls (waits for the
+  // items they read excluded), since Create: against threads × wall time, how much of a layer the
+  // threads spent streaming weights.
+  uint64_t kernel_ns() const;
 
   const std::vector<PoolNode>& nodes() const { return nodes_; }
   int threads() const { return n_threads_; }

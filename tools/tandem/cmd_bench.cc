@@ -127,6 +127,7 @@ nlohmann::json TimeLayer(experts::ExpertPool& pool, const ExpertBank& bank, cons
   std::vector<double> layer_s;
   layer_s.reserve(1 << 16);
   const uint64_t backups_before = pool.backups();
+  const uint64_t kernel_ns_before = pool.kernel_ns();
   for (int round = 0; round < kRounds; ++round) {
     round_stream.push_back(stream.Measure(2));
     int64_t round_layers = 0;
@@ -171,15 +172,26 @@ nlohmann::json TimeLayer(experts::ExpertPool& pool, const ExpertBank& bank, cons
   j["bandwidth_ratio_p50_layer"] = bytes / p50 / 1e9 / stream_gbps;
   // Items rerun because their first run was late (PoolOptions::backup_us).
   j["backups"] = pool.backups() - backups_before;
+  // Of the threads' time in the timed layers, the share spent inside the gate/up and down kernel
+  // calls (the rest: waiting for items, claiming, quantising, summing, dispatch and join), and the
+  // rate the threads streamed weights at while inside them.
+  double layers_s = 0;
+  for (double l : layer_s) layers_s += l;
+  const double kernel_s = static_cast<double>(pool.kernel_ns() - kernel_ns_before) * 1e-9;
+  const double kernel_share = kernel_s / (pool.threads() * layers_s);
+  const double kernel_gbps =
+      bytes * static_cast<double>(layers) / (kernel_s / pool.threads()) / 1e9;
+  j["kernel_share"] = kernel_share;
+  j["kernel_gbps"] = kernel_gbps;
   const auto [lo, hi] = std::minmax_element(round_ratio.begin(), round_ratio.end());
   std::printf(
       "%-28s %-5s experts %2d rows %d: %9.1f us/layer  %6.2f GB/s  %.2f of stream (%.1f GB/s; "
       "rounds %.2f-%.2f; layers p50 %.1f p90 %.1f p99 %.1f max %.1f us; %llu backups in %lld "
-      "layers)\n",
+      "layers; kernels %.2f of thread time, %.1f GB/s inside)\n",
       name, j["type"].get<std::string>().c_str(), n_experts, rows, s * 1e6, bytes / s / 1e9, ratio,
       stream_gbps, *lo, *hi, p50 * 1e6, p90 * 1e6, p99 * 1e6, slowest * 1e6,
-      static_cast<unsigned long long>(j["backups"].get<uint64_t>()),
-      static_cast<long long>(layers));
+      static_cast<unsigned long long>(j["backups"].get<uint64_t>()), static_cast<long long>(layers),
+      kernel_share, kernel_gbps);
   return j;
 }
 
