@@ -4,6 +4,9 @@
 // maddubs + madd with ones for 32-element blocks, and F16C / a 16-bit shift for F16 / BF16.
 #include <immintrin.h>
 
+#include <cmath>
+#include <cstring>
+
 #include "experts/kernel_avx2_rows.h"
 #include "experts/kernel_simd.h"
 #include "experts/kernels_internal.h"
@@ -74,5 +77,57 @@ struct Avx2Policy {
 }  // namespace
 
 DotFn GetAvx2Kernel(quant::GgmlType type) { return DispatchFormat<SimdMaker<Avx2Policy>>(type); }
+
+void QuantizeQ8KAvx2(const float* x, quant::BlockQ8K* out, int64_t n_blocks) {
+  const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  for (int64_t b = 0; b < n_blocks; ++b, x += quant::kQK_K) {
+    quant::BlockQ8K& block = out[b];
+    __m256 m = _mm256_setzero_ps();
+    for (int e = 0; e < quant::kQK_K; e += 8) {
+      m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(x + e), magnitude));
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float amax = _mm_cvtss_f32(m4);
+    if (amax == 0.0f) {
+      block.d = 0.0f;
+      std::memset(block.qs, 0, sizeof(block.qs));
+      std::memset(block.bsums, 0, sizeof(block.bsums));
+      continue;
+    }
+    // The scalar code takes the first element of largest magnitude, with its sign.
+    int first = 0;
+    while (std::fabs(x[first]) != amax) ++first;
+    const float inverse_scale = -127.0f / x[first];
+    const __m256 s = _mm256_set1_ps(inverse_scale);
+    const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
+    // packs interleave 128-bit lanes; this dword order puts the 32 bytes back in element order.
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int e = 0; e < quant::kQK_K; e += 32) {
+      __m256i q[4];
+      for (int i = 0; i < 4; ++i) {
+        // cvtps rounds to nearest, ties to even (the default MXCSR mode), as std::nearbyint does.
+        const __m256i v = _mm256_cvtps_epi32(_mm256_mul_ps(s, _mm256_loadu_ps(x + e + 8 * i)));
+        q[i] = _mm256_min_epi32(_mm256_max_epi32(v, lo), hi);
+      }
+      const __m256i bytes =
+          _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(block.qs + e),
+                          _mm256_permutevar8x32_epi32(bytes, order));
+    }
+    block.d = 1.0f / inverse_scale;
+    for (int k = 0; k < quant::kQK_K / 16; ++k) {
+      const __m256i v = _mm256_cvtepi8_epi16(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(block.qs + 16 * k)));
+      __m128i s4 =
+          _mm_add_epi32(_mm256_castsi256_si128(_mm256_madd_epi16(v, _mm256_set1_epi16(1))),
+                        _mm256_extracti128_si256(_mm256_madd_epi16(v, _mm256_set1_epi16(1)), 1));
+      s4 = _mm_hadd_epi32(s4, s4);
+      s4 = _mm_hadd_epi32(s4, s4);
+      block.bsums[k] = static_cast<int16_t>(_mm_cvtsi128_si32(s4));
+    }
+  }
+}
 
 }  // namespace tandem::experts

@@ -7,12 +7,14 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <random>
 #include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
 #include "runtime/quant/blocks.h"
+#include "runtime/quant/q8_k.h"
 #include "tests/experts/test_util.h"
 
 namespace tandem::experts {
@@ -151,6 +153,33 @@ TEST(KernelTest, LargestWeightsAndActivationsMatchScalar) {
       }
     }
   }
+}
+
+// QuantizeActivations takes AVX2 for Q8_K where the CPU has it; it must write the scalar
+// quantiser's bytes (quant::QuantizeBlocks), so that results do not depend on the CPU. Blocks: all
+// zeros, random magnitudes, the largest magnitude twice with opposite signs (the first one's sign
+// counts), and products that land exactly on .5 (ties round to even).
+TEST(QuantizeActivationsTest, Q8KIsTheScalarQuantisersBytes) {
+  constexpr int kBlocks = 6;
+  std::vector<float> x(kBlocks * quant::kQK_K);
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (float& v : x) v = u(rng);
+  for (int e = 0; e < quant::kQK_K; ++e) x[e] = 0.0f;  // block 0: zeros
+  float* b2 = x.data() + 2 * quant::kQK_K;             // block 2: ±3 at 5 and 9, -3 first
+  b2[5] = -3.0f;
+  b2[9] = 3.0f;
+  float* b3 = x.data() + 3 * quant::kQK_K;  // block 3: extreme -127, so the scale is exactly 1
+  for (int e = 0; e < quant::kQK_K; ++e) b3[e] = static_cast<float>(e % 21 - 10) + 0.5f;
+  b3[100] = -127.0f;
+  float* b4 = x.data() + 4 * quant::kQK_K;  // block 4: tiny and huge magnitudes
+  for (int e = 0; e < quant::kQK_K; ++e) b4[e] = u(rng) * (e % 2 ? 1e-30f : 1e30f);
+  const int64_t bytes = ActivationRowBytes(GgmlType::kQ4_K, static_cast<int64_t>(x.size()));
+  std::vector<uint8_t> got(bytes), want(bytes);
+  QuantizeActivations(GgmlType::kQ4_K, x.data(), static_cast<int64_t>(x.size()), got.data());
+  quant::QuantizeBlocks(x.data(), reinterpret_cast<quant::BlockQ8K*>(want.data()), kBlocks);
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size()), 0)
+      << (CpuSupports(Isa::kAvx2) ? "AVX2" : "scalar (no AVX2 here)") << " quantiser differs";
 }
 
 TEST(KernelTest, UnsupportedFormatsHaveNoKernel) {
