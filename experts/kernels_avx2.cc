@@ -82,9 +82,15 @@ void QuantizeQ8KAvx2(const float* x, quant::BlockQ8K* out, int64_t n_blocks) {
   const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
   for (int64_t b = 0; b < n_blocks; ++b, x += quant::kQK_K) {
     quant::BlockQ8K& block = out[b];
-    __m256 m = _mm256_setzero_ps();
+    __m256 m = _mm256_setzero_ps(), nan = _mm256_setzero_ps();
     for (int e = 0; e < quant::kQK_K; e += 8) {
-      m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(x + e), magnitude));
+      const __m256 v = _mm256_loadu_ps(x + e);
+      m = _mm256_max_ps(m, _mm256_and_ps(v, magnitude));
+      nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    }
+    if (!_mm256_testz_ps(nan, nan)) {  // the scalar code skips NaNs in its search for the maximum
+      quant::QuantizeBlocks(x, &block, 1);
+      continue;
     }
     __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
     m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
@@ -96,7 +102,8 @@ void QuantizeQ8KAvx2(const float* x, quant::BlockQ8K* out, int64_t n_blocks) {
       std::memset(block.bsums, 0, sizeof(block.bsums));
       continue;
     }
-    // The scalar code takes the first element of largest magnitude, with its sign.
+    // The scalar code takes the first element of largest magnitude, with its sign (without NaNs,
+    // amax is some |x[e]|, so the search ends inside the block).
     int first = 0;
     while (std::fabs(x[first]) != amax) ++first;
     const float inverse_scale = -127.0f / x[first];
@@ -120,9 +127,8 @@ void QuantizeQ8KAvx2(const float* x, quant::BlockQ8K* out, int64_t n_blocks) {
     for (int k = 0; k < quant::kQK_K / 16; ++k) {
       const __m256i v = _mm256_cvtepi8_epi16(
           _mm_loadu_si128(reinterpret_cast<const __m128i*>(block.qs + 16 * k)));
-      __m128i s4 =
-          _mm_add_epi32(_mm256_castsi256_si128(_mm256_madd_epi16(v, _mm256_set1_epi16(1))),
-                        _mm256_extracti128_si256(_mm256_madd_epi16(v, _mm256_set1_epi16(1)), 1));
+      const __m256i pairs = _mm256_madd_epi16(v, _mm256_set1_epi16(1));
+      __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(pairs), _mm256_extracti128_si256(pairs, 1));
       s4 = _mm_hadd_epi32(s4, s4);
       s4 = _mm_hadd_epi32(s4, s4);
       block.bsums[k] = static_cast<int16_t>(_mm_cvtsi128_si32(s4));

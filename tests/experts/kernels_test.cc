@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <tuple>
@@ -158,9 +159,10 @@ TEST(KernelTest, LargestWeightsAndActivationsMatchScalar) {
 // QuantizeActivations takes AVX2 for Q8_K where the CPU has it; it must write the scalar
 // quantiser's bytes (quant::QuantizeBlocks), so that results do not depend on the CPU. Blocks: all
 // zeros, random magnitudes, the largest magnitude twice with opposite signs (the first one's sign
-// counts), and products that land exactly on .5 (ties round to even).
+// counts), products that land exactly on .5 (ties round to even), and a NaN in the last block (the
+// AVX2 code hands such a block to the scalar one instead of searching it for its maximum).
 TEST(QuantizeActivationsTest, Q8KIsTheScalarQuantisersBytes) {
-  constexpr int kBlocks = 6;
+  constexpr int kBlocks = 7;
   std::vector<float> x(kBlocks * quant::kQK_K);
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
@@ -174,6 +176,7 @@ TEST(QuantizeActivationsTest, Q8KIsTheScalarQuantisersBytes) {
   b3[100] = -127.0f;
   float* b4 = x.data() + 4 * quant::kQK_K;  // block 4: tiny and huge magnitudes
   for (int e = 0; e < quant::kQK_K; ++e) b4[e] = u(rng) * (e % 2 ? 1e-30f : 1e30f);
+  x[6 * quant::kQK_K + 17] = std::numeric_limits<float>::quiet_NaN();  // block 6, the last
   const int64_t bytes = ActivationRowBytes(GgmlType::kQ4_K, static_cast<int64_t>(x.size()));
   std::vector<uint8_t> got(bytes), want(bytes);
   QuantizeActivations(GgmlType::kQ4_K, x.data(), static_cast<int64_t>(x.size()), got.data());
