@@ -20,6 +20,8 @@
 #include "experts/stream_read.h"
 #include "experts/topology.h"
 #include "runtime/quant/codec.h"
+#include "runtime/quant/q8_0.h"
+#include "runtime/quant/q8_k.h"
 
 namespace tandem::experts {
 namespace {
@@ -197,6 +199,33 @@ void BM_StreamPass(benchmark::State& state, bool claimed) {
 }
 BENCHMARK_CAPTURE(BM_StreamPass, slices, false)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_StreamPass, claimed, true)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+// One 2048-element activation row converted for K-quant (Q8_K) or 32-element (Q8_0) weights, by
+// QuantizeActivations (AVX2 where the CPU has it) or by the scalar quantiser it must match: the
+// pool's X item, which every gate/up item of a layer waits for.
+void BM_QuantizeRow(benchmark::State& state, quant::GgmlType weights, bool scalar) {
+  constexpr int64_t kHidden = 2048;
+  std::vector<float> x(kHidden);
+  for (int64_t i = 0; i < kHidden; ++i) x[i] = static_cast<float>((i * 37) % 101) * 0.01f - 0.5f;
+  std::vector<uint8_t> row(static_cast<size_t>(ActivationRowBytes(weights, kHidden)));
+  const bool k_blocks = ActivationType(weights) == quant::GgmlType::kQ8_K;
+  for (auto _ : state) {
+    if (!scalar) {
+      QuantizeActivations(weights, x.data(), kHidden, row.data());
+    } else if (k_blocks) {
+      quant::QuantizeBlocks(x.data(), reinterpret_cast<quant::BlockQ8K*>(row.data()),
+                            kHidden / quant::kQK_K);
+    } else {
+      quant::QuantizeBlocks(x.data(), reinterpret_cast<quant::BlockQ8_0*>(row.data()),
+                            kHidden / quant::kQK);
+    }
+    benchmark::DoNotOptimize(row.data());
+  }
+}
+BENCHMARK_CAPTURE(BM_QuantizeRow, q8_k, quant::GgmlType::kQ4_K, false);
+BENCHMARK_CAPTURE(BM_QuantizeRow, q8_k_scalar, quant::GgmlType::kQ4_K, true);
+BENCHMARK_CAPTURE(BM_QuantizeRow, q8_0, quant::GgmlType::kQ8_0, false);
+BENCHMARK_CAPTURE(BM_QuantizeRow, q8_0_scalar, quant::GgmlType::kQ8_0, true);
 
 const int kAllThreads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 

@@ -25,16 +25,23 @@ void QuantizeActivations(quant::GgmlType type, const float* x, int64_t n, uint8_
   const quant::GgmlType act = ActivationType(type);
   if (act == quant::GgmlType::kF32) {
     std::memcpy(dst, x, static_cast<size_t>(n) * sizeof(float));
-  } else if (act == quant::GgmlType::kQ8_K) {
+    return;
+  }
+  static const bool avx2 = CpuSupports(Isa::kAvx2);
+  if (act == quant::GgmlType::kQ8_K) {
     auto* blocks = reinterpret_cast<quant::BlockQ8K*>(dst);
-    static const bool avx2 = CpuSupports(Isa::kAvx2);
     if (avx2) {
       QuantizeQ8KAvx2(x, blocks, n / quant::kQK_K);
     } else {
       quant::QuantizeBlocks(x, blocks, n / quant::kQK_K);
     }
   } else {
-    quant::QuantizeBlocks(x, reinterpret_cast<quant::BlockQ8_0*>(dst), n / quant::kQK);
+    auto* blocks = reinterpret_cast<quant::BlockQ8_0*>(dst);
+    if (avx2) {
+      QuantizeQ8_0Avx2(x, blocks, n / quant::kQK);
+    } else {
+      quant::QuantizeBlocks(x, blocks, n / quant::kQK);
+    }
   }
 }
 

@@ -34,7 +34,7 @@ quant::GgmlType ActivationType(quant::GgmlType type);
 int64_t ActivationRowBytes(quant::GgmlType type, int64_t n);
 
 // Converts x[0..n) into the activation format paired with `type` (n a multiple of its block). The
-// same bytes on every CPU: Q8_K takes AVX2 where the CPU has it, which writes what
+// same bytes on every CPU: Q8_K and Q8_0 take AVX2 where the CPU has it, which writes what
 // quant::QuantizeBlocks writes.
 void QuantizeActivations(quant::GgmlType type, const float* x, int64_t n, uint8_t* dst);
 

@@ -78,6 +78,23 @@ struct Avx2Policy {
 
 DotFn GetAvx2Kernel(quant::GgmlType type) { return DispatchFormat<SimdMaker<Avx2Policy>>(type); }
 
+namespace {
+
+// q[0..3] (32 int32, in element order) clamped to [-127, 127] and stored as 32 int8.
+void StoreClamped127(const __m256i* q, int8_t* dst) {
+  const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
+  __m256i c[4];
+  for (int i = 0; i < 4; ++i) c[i] = _mm256_min_epi32(_mm256_max_epi32(q[i], lo), hi);
+  const __m256i bytes =
+      _mm256_packs_epi16(_mm256_packs_epi32(c[0], c[1]), _mm256_packs_epi32(c[2], c[3]));
+  // packs interleave 128-bit lanes; this dword order puts the 32 bytes back in element order.
+  _mm256_storeu_si256(
+      reinterpret_cast<__m256i*>(dst),
+      _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+}
+
+}  // namespace
+
 void QuantizeQ8KAvx2(const float* x, quant::BlockQ8K* out, int64_t n_blocks) {
   const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
   for (int64_t b = 0; b < n_blocks; ++b, x += quant::kQK_K) {
@@ -108,20 +125,13 @@ void QuantizeQ8KAvx2(const float* x, quant::BlockQ8K* out, int64_t n_blocks) {
     while (std::fabs(x[first]) != amax) ++first;
     const float inverse_scale = -127.0f / x[first];
     const __m256 s = _mm256_set1_ps(inverse_scale);
-    const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
-    // packs interleave 128-bit lanes; this dword order puts the 32 bytes back in element order.
-    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     for (int e = 0; e < quant::kQK_K; e += 32) {
       __m256i q[4];
       for (int i = 0; i < 4; ++i) {
         // cvtps rounds to nearest, ties to even (the default MXCSR mode), as std::nearbyint does.
-        const __m256i v = _mm256_cvtps_epi32(_mm256_mul_ps(s, _mm256_loadu_ps(x + e + 8 * i)));
-        q[i] = _mm256_min_epi32(_mm256_max_epi32(v, lo), hi);
+        q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(s, _mm256_loadu_ps(x + e + 8 * i)));
       }
-      const __m256i bytes =
-          _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(block.qs + e),
-                          _mm256_permutevar8x32_epi32(bytes, order));
+      StoreClamped127(q, block.qs + e);
     }
     block.d = 1.0f / inverse_scale;
     for (int k = 0; k < quant::kQK_K / 16; ++k) {
@@ -133,6 +143,37 @@ void QuantizeQ8KAvx2(const float* x, quant::BlockQ8K* out, int64_t n_blocks) {
       s4 = _mm_hadd_epi32(s4, s4);
       block.bsums[k] = static_cast<int16_t>(_mm_cvtsi128_si32(s4));
     }
+  }
+}
+
+void QuantizeQ8_0Avx2(const float* x, quant::BlockQ8_0* out, int64_t n_blocks) {
+  const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  const __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(0x80000000u)));
+  const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
+  for (int64_t b = 0; b < n_blocks; ++b, x += quant::kQK) {
+    // max(|x|, m) keeps m where x is NaN, as std::fmax does.
+    __m256 m = _mm256_setzero_ps();
+    for (int e = 0; e < quant::kQK; e += 8) {
+      m = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + e), magnitude), m);
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    // The scale as the scalar code computes it: rounded to f16 first.
+    out[b].d = quant::F32ToFp16(_mm_cvtss_f32(m4) / 127.0f);
+    const float d = quant::Fp16ToF32(out[b].d);
+    const __m256 inverse = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+    __m256i q[4];
+    for (int i = 0; i < 4; ++i) {
+      // std::round: half away from zero. p - trunc(p) is exact, so its magnitude decides.
+      const __m256 p = _mm256_mul_ps(_mm256_loadu_ps(x + 8 * i), inverse);
+      const __m256 t = _mm256_round_ps(p, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+      const __m256 away =
+          _mm256_cmp_ps(_mm256_and_ps(_mm256_sub_ps(p, t), magnitude), half, _CMP_GE_OQ);
+      const __m256 step = _mm256_and_ps(away, _mm256_or_ps(one, _mm256_and_ps(p, sign)));
+      q[i] = _mm256_cvttps_epi32(_mm256_add_ps(t, step));
+    }
+    StoreClamped127(q, out[b].qs);
   }
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "experts/kernels.h"
+#include "runtime/quant/q8_0.h"
 #include "runtime/quant/q8_k.h"
 
 namespace tandem::experts {
@@ -11,10 +12,12 @@ DotFn GetScalarKernel(quant::GgmlType type);
 DotFn GetAvx2Kernel(quant::GgmlType type);
 DotFn GetAvx512Kernel(quant::GgmlType type);
 
-// quant::QuantizeBlocks for Q8_K with AVX2, the same bytes (a block holding a NaN is handed to the
-// scalar code). The scalar one rounds
-// through a libm call per element: ~15 µs a 2048-element row on the 16-core H200 host, a wait for
-// every thread of a layer (docs/perf/experts.md, session 16).
+// The activation quantisers with AVX2, writing exactly what quant::QuantizeBlocks writes (a Q8_K
+// block holding a NaN is handed to the scalar code). The scalar ones call libm per element
+// (nearbyintf; fmaxf and roundf for Q8_0): a 2048-element row takes 9 µs (Q8_K) and 12 µs (Q8_0) on
+// the 2-core VM, ~15 µs (Q8_K) on the 16-core H200 host, and every gate/up item of a layer waits
+// for it (docs/perf/experts.md, session 16); these take 0.5 and 1.0 µs on the VM.
 void QuantizeQ8KAvx2(const float* x, quant::BlockQ8K* out, int64_t n_blocks);
+void QuantizeQ8_0Avx2(const float* x, quant::BlockQ8_0* out, int64_t n_blocks);
 
 }  // namespace tandem::experts

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "runtime/quant/blocks.h"
+#include "runtime/quant/q8_0.h"
 #include "runtime/quant/q8_k.h"
 #include "tests/experts/test_util.h"
 
@@ -181,6 +183,33 @@ TEST(QuantizeActivationsTest, Q8KIsTheScalarQuantisersBytes) {
   std::vector<uint8_t> got(bytes), want(bytes);
   QuantizeActivations(GgmlType::kQ4_K, x.data(), static_cast<int64_t>(x.size()), got.data());
   quant::QuantizeBlocks(x.data(), reinterpret_cast<quant::BlockQ8K*>(want.data()), kBlocks);
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size()), 0)
+      << (CpuSupports(Isa::kAvx2) ? "AVX2" : "scalar (no AVX2 here)") << " quantiser differs";
+}
+
+// The same for Q8_0 (the 32-element formats' activations), whose scalar code takes the f16-rounded
+// scale and rounds half away from zero. Blocks: zeros, random, a scale of exactly 1 with products
+// on .5 of both signs, a NaN (which max must skip, as std::fmax does), magnitudes from 1e-30 to
+// 1e30.
+TEST(QuantizeActivationsTest, Q80IsTheScalarQuantisersBytes) {
+  constexpr int kBlocks = 40;
+  std::vector<float> x(kBlocks * quant::kQK);
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (int b = 0; b < kBlocks; ++b) {
+    const float scale = std::pow(10.0f, static_cast<float>(b % 13) * 5.0f - 30.0f);
+    for (int e = 0; e < quant::kQK; ++e) x[b * quant::kQK + e] = u(rng) * scale;
+  }
+  for (int e = 0; e < quant::kQK; ++e) x[e] = 0.0f;  // block 0: zeros
+  float* b1 = x.data() + quant::kQK;                 // block 1: scale 1, ties
+  for (int e = 0; e < quant::kQK; ++e)
+    b1[e] = static_cast<float>(e % 11 - 5) + (e % 2 ? 0.5f : -0.5f);
+  b1[7] = 127.0f;
+  x[2 * quant::kQK + 4] = std::numeric_limits<float>::quiet_NaN();  // block 2
+  const int64_t bytes = ActivationRowBytes(GgmlType::kQ8_0, static_cast<int64_t>(x.size()));
+  std::vector<uint8_t> got(bytes), want(bytes);
+  QuantizeActivations(GgmlType::kQ8_0, x.data(), static_cast<int64_t>(x.size()), got.data());
+  quant::QuantizeBlocks(x.data(), reinterpret_cast<quant::BlockQ8_0*>(want.data()), kBlocks);
   EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size()), 0)
       << (CpuSupports(Isa::kAvx2) ? "AVX2" : "scalar (no AVX2 here)") << " quantiser differs";
 }
