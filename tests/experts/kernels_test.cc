@@ -158,6 +158,18 @@ TEST(KernelTest, LargestWeightsAndActivationsMatchScalar) {
   }
 }
 
+// QuantizeActivations(weights, x) writes what quant::QuantizeBlocks writes for its activation
+// blocks (Block: BlockQ8K or BlockQ8_0).
+template <class Block>
+void ExpectScalarQuantiserBytes(GgmlType weights, const std::vector<float>& x) {
+  const auto n = static_cast<int64_t>(x.size());
+  std::vector<uint8_t> got(static_cast<size_t>(ActivationRowBytes(weights, n))), want(got.size());
+  QuantizeActivations(weights, x.data(), n, got.data());
+  quant::QuantizeBlocks(x.data(), reinterpret_cast<Block*>(want.data()), n / Block::kElems);
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size()), 0)
+      << (CpuSupports(Isa::kAvx2) ? "AVX2" : "scalar (no AVX2 here)") << " quantiser differs";
+}
+
 // QuantizeActivations takes AVX2 for Q8_K where the CPU has it; it must write the scalar
 // quantiser's bytes (quant::QuantizeBlocks), so that results do not depend on the CPU. Blocks: all
 // zeros, random magnitudes, the largest magnitude twice with opposite signs (the first one's sign
@@ -179,12 +191,7 @@ TEST(QuantizeActivationsTest, Q8KIsTheScalarQuantisersBytes) {
   float* b4 = x.data() + 4 * quant::kQK_K;  // block 4: tiny and huge magnitudes
   for (int e = 0; e < quant::kQK_K; ++e) b4[e] = u(rng) * (e % 2 ? 1e-30f : 1e30f);
   x[6 * quant::kQK_K + 17] = std::numeric_limits<float>::quiet_NaN();  // block 6, the last
-  const int64_t bytes = ActivationRowBytes(GgmlType::kQ4_K, static_cast<int64_t>(x.size()));
-  std::vector<uint8_t> got(bytes), want(bytes);
-  QuantizeActivations(GgmlType::kQ4_K, x.data(), static_cast<int64_t>(x.size()), got.data());
-  quant::QuantizeBlocks(x.data(), reinterpret_cast<quant::BlockQ8K*>(want.data()), kBlocks);
-  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size()), 0)
-      << (CpuSupports(Isa::kAvx2) ? "AVX2" : "scalar (no AVX2 here)") << " quantiser differs";
+  ExpectScalarQuantiserBytes<quant::BlockQ8K>(GgmlType::kQ4_K, x);
 }
 
 // The same for Q8_0 (the 32-element formats' activations), whose scalar code takes the f16-rounded
@@ -206,12 +213,7 @@ TEST(QuantizeActivationsTest, Q80IsTheScalarQuantisersBytes) {
     b1[e] = static_cast<float>(e % 11 - 5) + (e % 2 ? 0.5f : -0.5f);
   b1[7] = 127.0f;
   x[2 * quant::kQK + 4] = std::numeric_limits<float>::quiet_NaN();  // block 2
-  const int64_t bytes = ActivationRowBytes(GgmlType::kQ8_0, static_cast<int64_t>(x.size()));
-  std::vector<uint8_t> got(bytes), want(bytes);
-  QuantizeActivations(GgmlType::kQ8_0, x.data(), static_cast<int64_t>(x.size()), got.data());
-  quant::QuantizeBlocks(x.data(), reinterpret_cast<quant::BlockQ8_0*>(want.data()), kBlocks);
-  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size()), 0)
-      << (CpuSupports(Isa::kAvx2) ? "AVX2" : "scalar (no AVX2 here)") << " quantiser differs";
+  ExpectScalarQuantiserBytes<quant::BlockQ8_0>(GgmlType::kQ8_0, x);
 }
 
 TEST(KernelTest, UnsupportedFormatsHaveNoKernel) {
