@@ -2,8 +2,10 @@
 // ISA and format, over a weight set four times the largest cache (rotated per iteration) so the
 // number is a streaming rate, next to the same call on one L2-resident matrix (the kernel's compute
 // ceiling) and a one-thread streaming read (the memory ceiling one core sees); and the same cold
-// calls on every core at once against an all-core streaming read. Reports weight bytes/s; `tandem
-// bench experts` is the scenario benchmark with ratios against all cores' bandwidth.
+// calls on every core at once against all-core streaming reads (the bench's own, by claims, and one
+// of equal slices, which waits for the slowest thread), plus the activation quantisers. Reports
+// weight bytes/s; `tandem bench experts` is the scenario benchmark with ratios against all cores'
+// bandwidth.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -104,7 +106,8 @@ const Weights& SharedColdWeights(quant::GgmlType type, int64_t k) {
 // calling the kernel on its own cold copies in turn (thread t starts at copy t·copies/threads).
 // Loaded memory latency is far above one core's, so a kernel can stream well alone and poorly
 // here: the multi-row prefetch distance was tuned in this regime (docs/perf/experts.md, session
-// 15). Read it against BM_StreamReadAllCores/prefetching.
+// 15). Read it against BM_StreamReadAllCores/prefetching. hot: each thread calls the kernel on its
+// own L2-resident matrix instead, the compute ceiling of all cores at once.
 void BM_DotAllCores(benchmark::State& state, quant::GgmlType type, Isa isa, int64_t k, bool hot) {
   if (!CpuSupports(isa)) {
     state.SkipWithError("CPU lacks this ISA");
