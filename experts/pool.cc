@@ -965,11 +965,13 @@ void ExpertPool::RunItem(JobSet& set, uint32_t item, int lane, int thread) {
     }
     float* h = set.gate[lane].data() + static_cast<int64_t>(g.first) * w.n_ff + f0;
     float* u = set.up[lane].data() + static_cast<int64_t>(g.first) * w.n_ff + f0;
-    const KernelTimer timer(impl_->threads[thread].kernel_ns);
-    set.gate_up_dot(w.gate.Expert(g.expert) + f0 * w.gate.row_bytes, w.gate.row_bytes, nf, w.hidden,
-                    act, g.count, h, w.n_ff);
-    set.gate_up_dot(w.up.Expert(g.expert) + f0 * w.up.row_bytes, w.up.row_bytes, nf, w.hidden, act,
-                    g.count, u, w.n_ff);
+    {
+      const KernelTimer timer(impl_->threads[thread].kernel_ns);
+      set.gate_up_dot(w.gate.Expert(g.expert) + f0 * w.gate.row_bytes, w.gate.row_bytes, nf,
+                      w.hidden, act, g.count, h, w.n_ff);
+      set.gate_up_dot(w.up.Expert(g.expert) + f0 * w.up.row_bytes, w.up.row_bytes, nf, w.hidden,
+                      act, g.count, u, w.n_ff);
+    }
     for (int a = 0; a < g.count; ++a) {
       for (int r = 0; r < nf; ++r) h[a * w.n_ff + r] = Silu(h[a * w.n_ff + r]) * u[a * w.n_ff + r];
     }
@@ -1006,9 +1008,11 @@ void ExpertPool::RunItem(JobSet& set, uint32_t item, int lane, int thread) {
       act[a] = set.hq.data() + static_cast<int64_t>(g.first + a) * set.hq_stride;
     }
     float* part = set.down[lane].data() + static_cast<int64_t>(g.first) * w.hidden + c0;
-    const KernelTimer timer(impl_->threads[thread].kernel_ns);
-    set.down_dot(w.down.Expert(g.expert) + c0 * w.down.row_bytes, w.down.row_bytes, nc, w.n_ff, act,
-                 g.count, part, w.hidden);
+    {
+      const KernelTimer timer(impl_->threads[thread].kernel_ns);
+      set.down_dot(w.down.Expert(g.expert) + c0 * w.down.row_bytes, w.down.row_bytes, nc, w.n_ff,
+                   act, g.count, part, w.hidden);
+    }
     finish(set.b_done);
     return;
   }

@@ -126,7 +126,8 @@ class ExpertPool {
   absl::StatusOr<int64_t> BindWeights(const ExpertWeights& w);
 
   // Items of the node-homed phases (gate/up, quantise, down) run by a thread of the expert's home
-  // node, and by a thread of another node that had run out of its own, since Create.
+  // node, and by a thread of another node that had run out of its own, since Create. Complete once
+  // WaitIdle() has returned: a thread counts its last item just after the join may have returned.
   struct ClaimCounts {
     uint64_t home = 0, away = 0;
   };
@@ -136,7 +137,7 @@ class ExpertPool {
   uint64_t backups() const;
   // Nanoseconds all threads together spent in the gate/up and down kernel calls (waits for the
   // items they read excluded), since Create: against threads × wall time, how much of a layer the
-  // threads spent streaming weights.
+  // threads spent streaming weights. Each call's time is added before its item counts as done.
   uint64_t kernel_ns() const;
 
   const std::vector<PoolNode>& nodes() const { return nodes_; }

@@ -322,6 +322,7 @@ TEST(PoolNuma, NodeListsGiveTheSameResultsAsOneNode) {
       ASSERT_EQ((*single)->nodes().size(), 1u);
       std::vector<float> want = base;
       ASSERT_TRUE((*single)->Run(d.w, jobs, x.data(), n_rows, want.data()).ok());
+      (*single)->WaitIdle();  // a thread counts its last claim after the join
       const ExpertPool::ClaimCounts single_counts = (*single)->claim_counts();
       EXPECT_GT(single_counts.home, 0u);
       EXPECT_EQ(single_counts.away, 0u);  // one node: nothing is away
@@ -333,6 +334,7 @@ TEST(PoolNuma, NodeListsGiveTheSameResultsAsOneNode) {
       std::vector<float> got = base;
       ASSERT_TRUE((*pool)->Run(d.w, jobs, x.data(), n_rows, got.data()).ok());
       EXPECT_EQ(got, want) << threads << " threads over " << (*pool)->nodes().size() << " nodes";
+      (*pool)->WaitIdle();
       const ExpertPool::ClaimCounts counts = (*pool)->claim_counts();
       EXPECT_EQ(counts.home + counts.away, single_counts.home);
     }
