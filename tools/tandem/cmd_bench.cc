@@ -1,12 +1,14 @@
 // `tandem bench experts --json FILE`: the expert pool against this host's own ceiling. In one run:
-// streaming read bandwidth with all pool threads, then one layer of routed experts (Flash-Next
+// streaming read bandwidth with all pool threads (claiming the buffer 1 MiB at a time, as the
+// workers claim items), then one layer of routed experts (Flash-Next
 // shape: hidden 2048, FFN 768, Q3_K and Q4_K, 1/2/10 experts at 1 row and 10 experts shared by
 // 4 rows; the Qwen3-30B-A3B shape, 8 Q4_K experts), rotating over enough distinct experts that the
 // working set is far beyond L3, and the empty job (dispatch + join). Reports ratios, not only
 // times. The stream bandwidth is measured again right before every fifth of every case and each
 // fifth's ratio is taken against that measurement (TimeLayer): on a shared host (the 16-core H200
 // host moved between 55 and 102 GB/s within one run, 2026-11-30) a single figure from the start
-// compared layers with another moment's machine.
+// compared layers with another moment's machine. Each case also reports the share of the threads'
+// time spent inside the expert kernels and their rate there (ExpertPool::kernel_ns).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
