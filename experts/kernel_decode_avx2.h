@@ -226,5 +226,13 @@ static inline float HorizontalSum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+// The largest of v's lanes (exact: max is order-free for numbers; v holds no NaN).
+static inline float HorizontalMax(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_movehdup_ps(m));
+  return _mm_cvtss_f32(m);
+}
+
 }  // namespace
 }  // namespace tandem::experts

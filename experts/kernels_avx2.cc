@@ -109,10 +109,7 @@ void QuantizeQ8KAvx2(const float* x, quant::BlockQ8K* out, int64_t n_blocks) {
       quant::QuantizeBlocks(x, &block, 1);
       continue;
     }
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    const float amax = _mm_cvtss_f32(m4);
+    const float amax = HorizontalMax(m);
     if (amax == 0.0f) {
       block.d = 0.0f;
       std::memset(block.qs, 0, sizeof(block.qs));
@@ -156,11 +153,8 @@ void QuantizeQ8_0Avx2(const float* x, quant::BlockQ8_0* out, int64_t n_blocks) {
     for (int e = 0; e < quant::kQK; e += 8) {
       m = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + e), magnitude), m);
     }
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
     // The scale as the scalar code computes it: rounded to f16 first.
-    out[b].d = quant::F32ToFp16(_mm_cvtss_f32(m4) / 127.0f);
+    out[b].d = quant::F32ToFp16(HorizontalMax(m) / 127.0f);
     const float d = quant::Fp16ToF32(out[b].d);
     const __m256 inverse = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
     __m256i q[4];
