@@ -1,32 +1,36 @@
-// The expert pool (see pool.h). One layer is one "job" of numbered work items in five phases:
+// The expert pool (see pool.h). One layer is one "job" of numbered work items in four phases:
 //   X: quantise input row i            (n_rows items)
 //   A: gate/up rows of one ff slice of one group (≤ kMaxTileRows rows sharing an expert), write
 //      silu(g)·u into the group's intermediate rows
 //   Q: quantise one job's intermediate row for down
 //   B: down rows of one output-column slice of one group, into the group's job slots' partials
-//      (one contiguous run of one expert per item)
-//   C: one output-column slice: out[row] += weight · partial for every job, in job order
+//      (one contiguous run of one expert per item). The B item that completes a column slice
+//      over all groups then adds out[row] += weight · partial for every job, in job order, over
+//      that slice's columns.
 // An item waits only for what it reads: A for every X item, Q for its group's A items, B for its
-// group's Q items, C for every B item. So a thread that runs out of A items starts on the first
-// groups' down rows while the last gate/up items finish, instead of idling at a phase boundary.
+// group's Q items. So a thread that runs out of A items starts on the first groups' down rows
+// while the last gate/up items finish, instead of idling at a phase boundary; and the weighted
+// sum waits for nothing (a slice's sum runs in the thread that finished its last partial), so a
+// layer ends with its last B item.
 // Items are claimed from claim lists, each taken in order through one atomic word: the X items;
 // per NUMA node, the A, Q and B items of the groups whose expert is homed there (groups are sorted
-// by expert and homes are contiguous expert ranges, so these are three ranges of item numbers);
-// the C items. A thread takes X, then its own node's list, then the other nodes' lists, then C.
-// The waits cannot deadlock: a thread reaches a node list only when X is fully claimed, and C
-// only when every node list is; within a list an item waits only for earlier ones; and claimed
-// items are always being worked on. The caller's thread claims items too, so a job finishes even
-// if no worker shows up. Which thread runs an item never changes a result: every item writes its
-// own outputs and C adds the partials in job order.
+// by expert and homes are contiguous expert ranges, so these are three ranges of item numbers).
+// A thread takes X, then its own node's list, then the other nodes' lists.
+// The waits cannot deadlock: a thread reaches a node list only when X is fully claimed; within a
+// list an item waits only for earlier ones; and claimed items are always being worked on. The
+// caller's thread claims items too, so a job finishes even if no worker shows up. Which thread
+// runs an item never changes a result: every item writes its own outputs and each slice's sum
+// adds the partials in job order.
 //
 // Backups. A thread descheduled while it holds an item stalls the layer until it runs again (a
 // scheduler slice, milliseconds). So in small layers (decode and verify) a thread that waits, in
 // any item or at the end of the job, reruns a claimed A or B item of an earlier phase than the one
 // it waits in once that item has been claimed for backup_us: at most one backup per item. Each
 // run writes its outputs in its own lane (0: the claimer, 1: the backup) and the first to finish
-// publishes its lane in the item's state word, then counts the item done; readers (Q, C) take
+// publishes its lane in the item's state word, then counts the item done; readers (Q, the sums) take
 // each item's winning lane, so a losing run, which goes on writing its lane, is never read. The
-// short X, Q and C items (C writes the caller's `out`) run once. A losing run can outlast its job,
+// short X and Q items run once, and so does each slice's sum (it writes the caller's `out`): only
+// the winning run of a B item counts it, so one run completes the slice. A losing run can outlast its job,
 // so each job lives in a job set (description, scratch, counters) that is reused only when no
 // thread is inside it; small jobs rotate over several sets. The deadlock argument above holds: a
 // wait in phase P reruns only items of phases below P, which never wait for it.
@@ -69,11 +73,10 @@ namespace {
 // 2-core VM, 32-row slices for 10 Q4_K experts at 1 row reached 0.32-0.62 of stream, 128-row
 // slices 0.82-0.87 (tandem bench experts, 2026-11-29, docs/perf/experts.md); on 16 threads this
 // rule keeps 32 for a single expert and gives 128 (one 55 KB run per phase-B item) for 10.
-// Phase-C items (output columns of the weighted sum) use the same rule over the hidden size.
 constexpr int kMinSlice = 32;
 constexpr int kMaxSlice = 128;
 constexpr int kItemsPerThread = 3;
-constexpr int kPhases = 5;  // X, A, Q, B, C (file comment)
+constexpr int kPhases = 4;  // X, A, Q, B (file comment)
 
 int SliceFor(int64_t work_rows, int threads) {
   int slice = kMinSlice;
@@ -255,21 +258,35 @@ struct ClaimList {
   }
 };
 
-// A growable array of atomics, value-initialised when it grows (like Scratch, no allocation in
-// steady state).
-template <typename T>
-class AtomicArray {
+// A growable array of atomic slots, value-initialised when it grows (like Scratch, no allocation
+// in steady state).
+template <typename E>
+class SlotArray {
  public:
   void Reserve(size_t n) {
     if (n <= capacity_) return;
-    ptr_ = std::make_unique<std::atomic<T>[]>(n);
+    ptr_ = std::make_unique<E[]>(n);
     capacity_ = n;
   }
-  std::atomic<T>& operator[](size_t i) const { return ptr_[i]; }
+  E& operator[](size_t i) const { return ptr_[i]; }
 
  private:
-  std::unique_ptr<std::atomic<T>[]> ptr_;
+  std::unique_ptr<E[]> ptr_;
   size_t capacity_ = 0;
+};
+
+// A count on a cache line of its own. Threads wait on one group's or one column slice's count
+// while others add to the neighbouring ones; packed, every add would pull the line away from every
+// waiter.
+struct alignas(64) PaddedCount {
+  std::atomic<uint32_t> n{0};
+};
+
+// Per A or B item: its state bits and claim time (steady clock ns; 0: unclaimed), on a line of
+// its own: consecutive items are claimed and finished by different threads at the same moments.
+struct alignas(64) ItemSlot {
+  std::atomic<uint32_t> state{0};
+  std::atomic<int64_t> stamp{0};
 };
 
 // One NUMA node's workers: their arena, the observer that pins them, and how many are inside their
@@ -318,25 +335,24 @@ struct ExpertPool::JobSet {
   const float* x = nullptr;
   float* out = nullptr;
   DotFn gate_up_dot = nullptr, down_dot = nullptr;
-  int n_rows = 0, n_jobs = 0, n_groups = 0, ff_slices = 0, out_slices = 0, sum_slices = 0;
-  // Rows per phase-A item, output columns per phase-B item (of one group) and per phase-C item.
-  int ff_slice = 0, out_slice = 0, sum_slice = 0;
+  int n_rows = 0, n_jobs = 0, n_groups = 0, ff_slices = 0, out_slices = 0;
+  // Rows per phase-A item, output columns per phase-B item (of one group): the column slice.
+  int ff_slice = 0, out_slice = 0;
   int64_t xq_stride = 0, hq_stride = 0;
-  std::unique_ptr<ClaimList[]> lists;  // X, one per node, C (file comment)
+  std::unique_ptr<ClaimList[]> lists;  // X, then one per node (file comment)
   std::vector<ExpertJob> sorted;
   std::vector<Group> groups;
   std::vector<int32_t> slot_group;  // job slot -> its group
   std::vector<int32_t> node_group;  // per node + 1: its first group (the last entry: n_groups)
 
-  // Items done: of phase X (A waits for all) and of phase B (C waits for all); per group, its A
-  // then Q items (ff_slices + count when ready for B). The whole job's count is the threads'
-  // ThreadState::items_done.
+  // Items done: of phase X (A waits for all); per group, its A then Q items (ff_slices + count
+  // when ready for B); per column slice, its B items over all groups (n_groups when its sum can
+  // be taken). The whole job's count is the threads' ThreadState::items_done.
   alignas(64) std::atomic<uint32_t> x_done{0};
-  alignas(64) std::atomic<uint32_t> b_done{0};
-  AtomicArray<uint32_t> group_done;
+  SlotArray<PaddedCount> group_done;
+  SlotArray<PaddedCount> slice_done;
   // Per item of phases A and B: state bits and the claim time (steady clock ns; 0: unclaimed).
-  AtomicArray<uint32_t> item_state;
-  AtomicArray<int64_t> item_stamp;
+  SlotArray<ItemSlot> items;
 
   // Scratch. A and B items write their outputs in the lane of their run (0: the claimer, 1: the
   // backup); readers take each item's winning lane.
@@ -461,7 +477,7 @@ absl::StatusOr<std::unique_ptr<ExpertPool>> ExpertPool::Create(const PoolOptions
                           PlanPoolNodes(impl.topology, pool->n_threads_, options.numa));
 
   const int n_nodes = static_cast<int>(pool->nodes_.size());
-  impl.n_lists = n_nodes + 2;
+  impl.n_lists = n_nodes + 1;
   impl.threads = std::make_unique<ThreadState[]>(pool->n_threads_);
   impl.sets = std::make_unique<JobSet[]>(1 + kSmallSets);
   for (int i = 0; i <= kSmallSets; ++i) {
@@ -581,19 +597,19 @@ void ExpertPool::Participate(uint64_t epoch, int node, int thread) {
     me.in_set.store(0, std::memory_order_release);
     return;
   }
-  // X, then this node's list, the other nodes' lists, then C (file comment).
+  // X, then this node's list, then the other nodes' lists (file comment).
   for (int step = 0; step < impl.n_lists; ++step) {
     const bool node_list = step > 0 && step <= n_nodes;
     const int list = node_list ? 1 + (node + step - 1) % n_nodes : step;
     uint32_t item;
     while (set.lists[list].Claim(&item)) {
-      if (set.backups) set.item_stamp[item].store(NowNs(), std::memory_order_relaxed);
+      if (set.backups) set.items[item].stamp.store(NowNs(), std::memory_order_relaxed);
       if (stall_workers_us_ > 0 && thread != 0 && set.backups && !set.noop &&
           ((item >= set.phase_end[0] && item < set.phase_end[1]) ||
            (item >= set.phase_end[2] && item < set.phase_end[3]))) {
         // Tests: stay "descheduled" until a backup has finished the item, or for the cap.
         const int64_t until = NowNs() + int64_t{stall_workers_us_} * 1000;
-        while ((set.item_state[item].load(std::memory_order_acquire) & kItemDone) == 0 &&
+        while ((set.items[item].state.load(std::memory_order_acquire) & kItemDone) == 0 &&
                NowNs() < until) {
           std::this_thread::sleep_for(std::chrono::microseconds(50));
         }
@@ -624,7 +640,6 @@ ExpertPool::JobSet& ExpertPool::TakeJobSet(bool small, bool backups) {
 void ExpertPool::Post(JobSet& set) {
   Impl& impl = *impl_;
   set.x_done.store(0, std::memory_order_relaxed);
-  set.b_done.store(0, std::memory_order_relaxed);
   ++impl.epoch;
   impl.epoch_set[impl.epoch % kEpochSlots].store(static_cast<int>(&set - impl.sets.get()),
                                                  std::memory_order_relaxed);
@@ -803,10 +818,8 @@ absl::Status ExpertPool::Run(const ExpertWeights& w, std::span<const ExpertJob> 
   set.n_groups = static_cast<int>(set.groups.size());
   set.ff_slice = SliceFor(w.n_ff * set.n_groups, threads());
   set.out_slice = SliceFor(w.hidden * set.n_groups, threads());
-  set.sum_slice = SliceFor(w.hidden, threads());
   set.ff_slices = static_cast<int>((w.n_ff + set.ff_slice - 1) / set.ff_slice);
   set.out_slices = static_cast<int>((w.hidden + set.out_slice - 1) / set.out_slice);
-  set.sum_slices = static_cast<int>((w.hidden + set.sum_slice - 1) / set.sum_slice);
   set.xq_stride = (ActivationRowBytes(w.gate.type, w.hidden) + 63) / 64 * 64;
   set.hq_stride = (ActivationRowBytes(w.down.type, w.n_ff) + 63) / 64 * 64;
   set.xq.Reserve(static_cast<size_t>(n_rows) * set.xq_stride);
@@ -819,12 +832,14 @@ absl::Status ExpertPool::Run(const ExpertWeights& w, std::span<const ExpertJob> 
   set.gathered.Reserve(static_cast<size_t>(set.n_jobs) * w.n_ff);
   set.group_done.Reserve(set.groups.size());
   for (size_t g = 0; g < set.groups.size(); ++g) {
-    set.group_done[g].store(0, std::memory_order_relaxed);
+    set.group_done[g].n.store(0, std::memory_order_relaxed);
   }
+  set.slice_done.Reserve(set.out_slices);
+  for (int k = 0; k < set.out_slices; ++k) set.slice_done[k].n.store(0, std::memory_order_relaxed);
 
   const uint64_t total = static_cast<uint64_t>(n_rows) +
                          static_cast<uint64_t>(set.n_groups) * set.ff_slices + set.n_jobs +
-                         static_cast<uint64_t>(set.n_groups) * set.out_slices + set.sum_slices;
+                         static_cast<uint64_t>(set.n_groups) * set.out_slices;
   if (total > kMaxItems) {
     return absl::ResourceExhaustedError(absl::StrCat("expert pool: a layer of ", total,
                                                      " work items exceeds ", kMaxItems));
@@ -833,15 +848,13 @@ absl::Status ExpertPool::Run(const ExpertWeights& w, std::span<const ExpertJob> 
   set.phase_end[1] = set.phase_end[0] + set.n_groups * set.ff_slices;
   set.phase_end[2] = set.phase_end[1] + set.n_jobs;
   set.phase_end[3] = set.phase_end[2] + set.n_groups * set.out_slices;
-  set.phase_end[4] = set.phase_end[3] + set.sum_slices;
-  set.item_state.Reserve(set.phase_end[4]);
-  set.item_stamp.Reserve(set.phase_end[4]);
-  for (uint32_t i = 0; i < set.phase_end[4]; ++i) {
-    set.item_state[i].store(0, std::memory_order_relaxed);
-    set.item_stamp[i].store(0, std::memory_order_relaxed);
+  set.items.Reserve(set.phase_end[3]);
+  for (uint32_t i = 0; i < set.phase_end[3]; ++i) {
+    set.items[i].state.store(0, std::memory_order_relaxed);
+    set.items[i].stamp.store(0, std::memory_order_relaxed);
   }
 
-  // Claim lists: X; per node, the A, Q and B items of its home experts' groups; C.
+  // Claim lists: X; per node, the A, Q and B items of its home experts' groups.
   const int n_nodes = static_cast<int>(nodes_.size());
   set.node_group.assign(n_nodes + 1, set.n_groups);
   for (int k = n_nodes - 1; k >= 0; --k) {
@@ -861,7 +874,6 @@ absl::Status ExpertPool::Run(const ExpertWeights& w, std::span<const ExpertJob> 
                            {set.phase_end[1] + first_slot(g0), set.phase_end[1] + first_slot(g1)},
                            {set.phase_end[2] + g0 * oc, set.phase_end[2] + g1 * oc}});
   }
-  set.lists[n_nodes + 1].Open({{set.phase_end[3], set.phase_end[4]}});
   Post(set);
   return absl::OkStatus();
 }
@@ -893,9 +905,9 @@ bool ExpertPool::RunLateItem(JobSet& set, int below_phase, int thread) {
   for (int phase : {1, 3}) {
     if (phase >= below_phase) break;
     for (uint32_t item = set.phase_end[phase - 1]; item < set.phase_end[phase]; ++item) {
-      const int64_t stamp = set.item_stamp[item].load(std::memory_order_relaxed);
+      const int64_t stamp = set.items[item].stamp.load(std::memory_order_relaxed);
       if (stamp == 0 || stamp > late) continue;  // not claimed yet, or not late
-      std::atomic<uint32_t>& state = set.item_state[item];
+      std::atomic<uint32_t>& state = set.items[item].state;
       uint32_t s = state.load(std::memory_order_relaxed);
       if ((s & (kItemDone | kItemBackupTaken)) != 0) continue;
       if (!state.compare_exchange_strong(s, s | kItemBackupTaken, std::memory_order_relaxed)) {
@@ -911,7 +923,7 @@ bool ExpertPool::RunLateItem(JobSet& set, int below_phase, int thread) {
 
 void ExpertPool::RunItem(JobSet& set, uint32_t item, int lane, int thread) {
   // Counts this item done for the job's join. Release: the caller, which acquires every thread's
-  // count, sees all the item wrote (for C items, its `out` columns). An atomic add, although the
+  // count, sees all the item wrote (for a slice's sum, its `out` columns). An atomic add, although the
   // line is this thread's: a lost count would hang the join, so it must not rest on arena slots
   // never being shared.
   std::atomic<uint64_t>& items_done = impl_->threads[thread].items_done;
@@ -927,23 +939,22 @@ void ExpertPool::RunItem(JobSet& set, uint32_t item, int lane, int thread) {
     count.fetch_add(1, std::memory_order_release);
     count_for_join();
   };
-  // A and B items: the first run to finish publishes its lane and counts the item; the other
-  // run's outputs are not read.
-  auto finish = [&set, item, lane, &count_done](std::atomic<uint32_t>& count) {
-    if (set.backups) {
-      // Done and the lane in one step, only if the other run has not finished first.
-      std::atomic<uint32_t>& state = set.item_state[item];
-      const uint32_t mine = kItemDone | (lane == 1 ? kItemLane1 : 0u);
-      uint32_t s = state.load(std::memory_order_relaxed);
-      do {
-        if ((s & kItemDone) != 0) return;
-      } while (!state.compare_exchange_weak(s, s | mine, std::memory_order_release,
-                                            std::memory_order_relaxed));
-    }
-    count_done(count);
+  // A and B items: the first run to finish publishes its lane (and then counts the item); the
+  // other run's outputs are not read, and it counts nothing.
+  auto won = [&set, item, lane] {
+    if (!set.backups) return true;
+    // Done and the lane in one step, only if the other run has not finished first.
+    std::atomic<uint32_t>& state = set.items[item].state;
+    const uint32_t mine = kItemDone | (lane == 1 ? kItemLane1 : 0u);
+    uint32_t s = state.load(std::memory_order_relaxed);
+    do {
+      if ((s & kItemDone) != 0) return false;
+    } while (!state.compare_exchange_weak(s, s | mine, std::memory_order_release,
+                                          std::memory_order_relaxed));
+    return true;
   };
   auto lane_of = [&set](uint32_t i) {
-    return set.backups && (set.item_state[i].load(std::memory_order_acquire) & kItemLane1) != 0 ? 1
+    return set.backups && (set.items[i].state.load(std::memory_order_acquire) & kItemLane1) != 0 ? 1
                                                                                                 : 0;
   };
   if (item < set.phase_end[0]) {  // X
@@ -975,13 +986,13 @@ void ExpertPool::RunItem(JobSet& set, uint32_t item, int lane, int thread) {
     for (int a = 0; a < g.count; ++a) {
       for (int r = 0; r < nf; ++r) h[a * w.n_ff + r] = Silu(h[a * w.n_ff + r]) * u[a * w.n_ff + r];
     }
-    finish(set.group_done[gi]);
+    if (won()) count_done(set.group_done[gi].n);
     return;
   }
   if (item < set.phase_end[2]) {  // Q: one job slot's intermediate row, from its A items' lanes
     const int64_t slot = item - set.phase_end[1];
     const int gi = set.slot_group[slot];
-    AwaitCount(set, set.group_done[gi], static_cast<uint32_t>(set.ff_slices), 2, thread);
+    AwaitCount(set, set.group_done[gi].n, static_cast<uint32_t>(set.ff_slices), 2, thread);
     float* row = set.gate[0].data() + slot * w.n_ff;
     if (set.backups) {
       row = set.gathered.data() + slot * w.n_ff;
@@ -993,44 +1004,41 @@ void ExpertPool::RunItem(JobSet& set, uint32_t item, int lane, int thread) {
       }
     }
     QuantizeActivations(w.down.type, row, w.n_ff, set.hq.data() + slot * set.hq_stride);
-    count_done(set.group_done[gi]);
+    count_done(set.group_done[gi].n);
     return;
   }
-  if (item < set.phase_end[3]) {  // B: output columns [c0, c0 + nc) of one group
-    const uint32_t i = item - set.phase_end[2];
-    const int gi = static_cast<int>(i / set.out_slices);
-    const Group& g = set.groups[gi];
-    AwaitCount(set, set.group_done[gi], static_cast<uint32_t>(set.ff_slices + g.count), 3, thread);
-    const int64_t c0 = static_cast<int64_t>(i % set.out_slices) * set.out_slice;
-    const int nc = static_cast<int>(std::min<int64_t>(set.out_slice, w.hidden - c0));
-    const uint8_t* act[kMaxTileRows];
-    for (int a = 0; a < g.count; ++a) {
-      act[a] = set.hq.data() + static_cast<int64_t>(g.first + a) * set.hq_stride;
-    }
-    float* part = set.down[lane].data() + static_cast<int64_t>(g.first) * w.hidden + c0;
-    {
-      const KernelTimer timer(impl_->threads[thread].kernel_ns);
-      set.down_dot(w.down.Expert(g.expert) + c0 * w.down.row_bytes, w.down.row_bytes, nc, w.n_ff,
-                   act, g.count, part, w.hidden);
-    }
-    finish(set.b_done);
-    return;
+  // B: output columns [c0, c0 + nc) of one group.
+  const uint32_t i = item - set.phase_end[2];
+  const int gi = static_cast<int>(i / set.out_slices);
+  const Group& g = set.groups[gi];
+  AwaitCount(set, set.group_done[gi].n, static_cast<uint32_t>(set.ff_slices + g.count), 3, thread);
+  const int slice = static_cast<int>(i % set.out_slices);
+  const int64_t c0 = static_cast<int64_t>(slice) * set.out_slice;
+  const int nc = static_cast<int>(std::min<int64_t>(set.out_slice, w.hidden - c0));
+  const uint8_t* act[kMaxTileRows];
+  for (int a = 0; a < g.count; ++a) {
+    act[a] = set.hq.data() + static_cast<int64_t>(g.first + a) * set.hq_stride;
   }
-  // C: output columns [c0, c0 + nc), every job's weighted partial in job order (deterministic),
-  // each column run from the lane of the B item that computed it.
-  AwaitCount(set, set.b_done, set.phase_end[3] - set.phase_end[2], 4, thread);
-  const int64_t c0 = static_cast<int64_t>(item - set.phase_end[3]) * set.sum_slice;
-  const int64_t c1 = std::min<int64_t>(c0 + set.sum_slice, w.hidden);
-  for (int j = 0; j < set.n_jobs; ++j) {
-    const ExpertJob& job = set.sorted[j];
-    const uint32_t b0 =
-        set.phase_end[2] + static_cast<uint32_t>(set.slot_group[j] * set.out_slices);
-    float* o = set.out + static_cast<int64_t>(job.row) * w.hidden;
-    for (int64_t c = c0; c < c1;) {
-      const int64_t k = c / set.out_slice, end = std::min<int64_t>((k + 1) * set.out_slice, c1);
-      const float* part = set.down[lane_of(b0 + static_cast<uint32_t>(k))].data() +
-                          static_cast<int64_t>(j) * w.hidden;
-      for (; c < end; ++c) o[c] += job.weight * part[c];
+  float* part = set.down[lane].data() + static_cast<int64_t>(g.first) * w.hidden + c0;
+  {
+    const KernelTimer timer(impl_->threads[thread].kernel_ns);
+    set.down_dot(w.down.Expert(g.expert) + c0 * w.down.row_bytes, w.down.row_bytes, nc, w.n_ff,
+                 act, g.count, part, w.hidden);
+  }
+  if (!won()) return;
+  // The run that completes the column slice, over every group, adds every job's weighted partial
+  // into `out`, in job order (deterministic), each from the lane that won its B item. Acq_rel: it
+  // sees the other groups' partials, whose runs counted with release.
+  if (set.slice_done[slice].n.fetch_add(1, std::memory_order_acq_rel) + 1 ==
+      static_cast<uint32_t>(set.n_groups)) {
+    const int64_t c1 = std::min<int64_t>(c0 + set.out_slice, w.hidden);
+    for (int j = 0; j < set.n_jobs; ++j) {
+      const ExpertJob& job = set.sorted[j];
+      const uint32_t b = set.phase_end[2] +
+                         static_cast<uint32_t>(set.slot_group[j] * set.out_slices + slice);
+      const float* part = set.down[lane_of(b)].data() + static_cast<int64_t>(j) * w.hidden;
+      float* o = set.out + static_cast<int64_t>(job.row) * w.hidden;
+      for (int64_t c = c0; c < c1; ++c) o[c] += job.weight * part[c];
     }
   }
   count_for_join();
