@@ -45,6 +45,15 @@ void QuantizeActivations(quant::GgmlType type, const float* x, int64_t n, uint8_
   }
 }
 
+void SiluMul(Isa isa, float* h, const float* u, int64_t n) {
+  static const bool avx2 = CpuSupports(Isa::kAvx2);
+  if (isa != Isa::kScalar && avx2) {
+    SiluMulAvx2(h, u, n);
+  } else {
+    SiluMulScalar(h, u, n);
+  }
+}
+
 DotFn GetDotKernel(Isa isa, quant::GgmlType type) {
   if (!CpuSupports(isa)) return nullptr;
   switch (isa) {

@@ -47,4 +47,11 @@ using DotFn = void (*)(const uint8_t* w, int64_t w_stride, int n_wrows, int64_t 
 // The kernel for (isa, type); nullptr when SupportsFormat(type) is false or the CPU lacks `isa`.
 DotFn GetDotKernel(Isa isa, quant::GgmlType type);
 
+// SwiGLU between gate/up and down: h[i] = silu(h[i]) · u[i] = h[i] / (1 + e^-h[i]) · u[i] for
+// i < n. kScalar calls libm's expf per element (~5 ns each: at 4 rows the 512 calls of a gate/up
+// item took longer than some items' kernels); kAvx2 and kAvx512 (CPU with AVX2) take 8 elements at
+// a time through a polynomial exp within 2 ulp of expf (kernels_avx2.cc). Finite inputs only are
+// specified; NaN stays NaN.
+void SiluMul(Isa isa, float* h, const float* u, int64_t n);
+
 }  // namespace tandem::experts

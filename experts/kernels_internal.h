@@ -20,4 +20,8 @@ DotFn GetAvx512Kernel(quant::GgmlType type);
 void QuantizeQ8KAvx2(const float* x, quant::BlockQ8K* out, int64_t n_blocks);
 void QuantizeQ8_0Avx2(const float* x, quant::BlockQ8_0* out, int64_t n_blocks);
 
+// SiluMul (kernels.h) per ISA.
+void SiluMulScalar(float* h, const float* u, int64_t n);
+void SiluMulAvx2(float* h, const float* u, int64_t n);
+
 }  // namespace tandem::experts

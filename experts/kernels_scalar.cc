@@ -3,6 +3,8 @@
 // those agree to float rounding) and the fallback on CPUs without AVX2.
 #include "experts/kernels_internal.h"
 
+#include <cmath>
+
 #include "experts/kernel_blocks.h"
 
 namespace tandem::experts {
@@ -76,5 +78,9 @@ struct ScalarMaker {
 }  // namespace
 
 DotFn GetScalarKernel(quant::GgmlType type) { return DispatchFormat<ScalarMaker>(type); }
+
+void SiluMulScalar(float* h, const float* u, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) h[i] = h[i] / (1.0f + std::exp(-h[i])) * u[i];
+}
 
 }  // namespace tandem::experts

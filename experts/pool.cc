@@ -142,8 +142,6 @@ struct Group {
   int32_t count;  // 1..kMaxTileRows
 };
 
-float Silu(float v) { return v / (1.0f + std::exp(-v)); }
-
 absl::Status CheckTensorType(const char* what, quant::GgmlType type, int64_t cols) {
   if (!SupportsFormat(type)) {
     return absl::UnimplementedError(absl::StrCat(
@@ -984,7 +982,7 @@ void ExpertPool::RunItem(JobSet& set, uint32_t item, int lane, int thread) {
                       act, g.count, u, w.n_ff);
     }
     for (int a = 0; a < g.count; ++a) {
-      for (int r = 0; r < nf; ++r) h[a * w.n_ff + r] = Silu(h[a * w.n_ff + r]) * u[a * w.n_ff + r];
+      SiluMul(isa_, h + a * w.n_ff, u + a * w.n_ff, nf);
     }
     if (won()) count_done(set.group_done[gi].n);
     return;

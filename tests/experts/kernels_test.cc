@@ -216,6 +216,44 @@ TEST(QuantizeActivationsTest, Q80IsTheScalarQuantisersBytes) {
   ExpectScalarQuantiserBytes<quant::BlockQ8_0>(GgmlType::kQ8_0, x);
 }
 
+// The SIMD SwiGLU against the scalar one (libm's expf): within 2 ulp, or within 1e-30 where silu
+// is ≈ 0 (the scalar e^-x overflows to inf past x = -88, the SIMD one is clamped at e^88); NaN
+// stays NaN; an odd length runs the SIMD loop's scalar tail.
+TEST(SiluMulTest, SimdIsWithinTwoUlpOfScalar) {
+  std::vector<float> x;
+  for (float v = -120.0f; v <= 120.0f; v += 0.0625f) x.push_back(v);
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> small(-1e-3f, 1e-3f), mid(-20.0f, 20.0f);
+  for (int i = 0; i < 2000; ++i) x.push_back(i % 2 ? small(rng) : mid(rng));
+  for (float v : {0.0f, -0.0f, 1e-38f, -1e-38f, 87.0f, -87.0f, 88.5f, -88.5f, 1e30f, -1e30f})
+    x.push_back(v);
+  x.push_back(std::numeric_limits<float>::quiet_NaN());
+  x.push_back(1.0f);  // odd length
+  std::uniform_real_distribution<float> uu(-2.0f, 2.0f);
+  std::vector<float> u(x.size());
+  for (float& v : u) v = uu(rng);
+  std::vector<float> want = x;
+  SiluMul(Isa::kScalar, want.data(), u.data(), static_cast<int64_t>(want.size()));
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
+    if (!CpuSupports(isa)) continue;
+    SCOPED_TRACE(IsaName(isa));
+    std::vector<float> got = x;
+    SiluMul(isa, got.data(), u.data(), static_cast<int64_t>(got.size()));
+    int checked = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (std::isnan(want[i])) {
+        EXPECT_TRUE(std::isnan(got[i])) << "x " << x[i];
+        continue;
+      }
+      const float ulp = std::nextafter(std::fabs(want[i]), INFINITY) - std::fabs(want[i]);
+      EXPECT_LE(std::fabs(got[i] - want[i]), std::max(2.0f * ulp, 1e-30f))
+          << "x " << x[i] << " u " << u[i] << ": " << got[i] << " vs " << want[i];
+      ++checked;
+    }
+    EXPECT_EQ(checked, static_cast<int>(x.size()) - 1);
+  }
+}
+
 TEST(KernelTest, UnsupportedFormatsHaveNoKernel) {
   for (GgmlType type : {GgmlType::kF32, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1}) {
     EXPECT_FALSE(SupportsFormat(type)) << quant::GetTypeInfo(type).name;
