@@ -364,6 +364,11 @@ struct ExpertPool::Impl {
   // Threads.
   hwloc_topology_t topology = nullptr;
   bool this_system = false;
+  // PoolOptions::pin: the caller's core (nullptr: no pinning), the thread pinned there (none
+  // yet: the default id) and that thread's binding before.
+  hwloc_bitmap_t caller_cpuset = nullptr;
+  std::thread::id pinned_caller;
+  hwloc_bitmap_t caller_was = nullptr;
   std::unique_ptr<NodeWorkers[]> node_workers;  // one per nodes_ entry
   std::unique_ptr<ThreadState[]> threads;       // one per thread
   std::atomic<int> live_tasks{0};               // enqueued worker tasks not yet returned
@@ -496,6 +501,11 @@ absl::StatusOr<std::unique_ptr<ExpertPool>> ExpertPool::Create(const PoolOptions
       nw.observer = std::make_unique<Pinner>(*nw.arena, impl.topology, node.worker_cores);
     }
   }
+  if (options.pin && impl.this_system) {
+    hwloc_obj_t core = hwloc_get_obj_by_type(impl.topology, PinUnitType(impl.topology),
+                                             static_cast<unsigned>(pool->nodes_[0].caller_core));
+    if (core != nullptr) impl.caller_cpuset = hwloc_bitmap_dup(core->cpuset);
+  }
   return pool;
 }
 
@@ -509,6 +519,13 @@ ExpertPool::~ExpertPool() {
       impl_->node_workers[k].arena.reset();
     }
   }
+  if (impl_->caller_was != nullptr) {
+    if (impl_->pinned_caller == std::this_thread::get_id()) {
+      hwloc_set_cpubind(impl_->topology, impl_->caller_was, HWLOC_CPUBIND_THREAD);
+    }
+    hwloc_bitmap_free(impl_->caller_was);
+  }
+  if (impl_->caller_cpuset != nullptr) hwloc_bitmap_free(impl_->caller_cpuset);
   if (impl_->topology != nullptr) hwloc_topology_destroy(impl_->topology);
 }
 
@@ -644,6 +661,16 @@ void ExpertPool::Post(JobSet& set) {
   // The announcement publishes the job and its open lists (seq_cst: see WorkerMain).
   impl.announced.store(impl.epoch, std::memory_order_seq_cst);
   if (n_threads_ > 1) EnsureWorkers();
+  if (impl.caller_cpuset != nullptr && impl.pinned_caller != std::this_thread::get_id()) {
+    // After EnsureWorkers: TBB starts a worker from the thread that first needs it, and a new
+    // thread takes that thread's binding.
+    if (impl.caller_was == nullptr) impl.caller_was = hwloc_bitmap_alloc();
+    if (hwloc_get_cpubind(impl.topology, impl.caller_was, HWLOC_CPUBIND_THREAD) != 0) {
+      hwloc_bitmap_copy(impl.caller_was, hwloc_topology_get_allowed_cpuset(impl.topology));
+    }
+    hwloc_set_cpubind(impl.topology, impl.caller_cpuset, HWLOC_CPUBIND_THREAD);
+    impl.pinned_caller = std::this_thread::get_id();
+  }
   Participate(impl.epoch, 0, 0);
   // Join: every item of the job counted done, in some thread's counter.
   impl.items_posted += set.phase_end[kPhases - 1];

@@ -87,7 +87,14 @@ struct PoolOptions {
   // or down item sleeps, as if descheduled, until another thread's backup has finished it or for
   // this long, so that backups happen on any machine. 0 in real use.
   int stall_workers_us = 0;
-  bool pin = true;           // pin workers to cores with hwloc
+  // Pin workers to their cores with hwloc, and the thread that calls Run (or RunEmpty) to the core
+  // the plan keeps for it (PoolNode::caller_core), from its first call; the pool restores that
+  // thread's earlier binding when it is destroyed on the same thread. Unpinned, the scheduler
+  // moved the caller onto a busy worker's core at times, and the two then took turns in
+  // millisecond slices while holding the layer (docs/perf/experts.md, session 17). Threads the
+  // pinned caller starts inherit its core (pthread affinity), so start them before, or bind them
+  // (BindToEveryCore in topology.h).
+  bool pin = true;
   bool numa = true;          // one arena per NUMA node (false: one arena over every core)
   // An hwloc synthetic topology to plan threads for instead of this machine's, e.g.
   // "package:2 numa:1 core:4 pu:1" (for tests): nothing is pinned and BindWeights refuses.

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "experts/kernel_prefetch.h"
+#include "experts/topology.h"
 
 namespace tandem::experts {
 namespace {
@@ -70,6 +71,7 @@ StreamReading StreamReadClaimed(const LineAlignedWords& buf, int threads, bool p
   std::vector<std::thread> readers;
   for (int t = 0; t < threads; ++t) {
     readers.emplace_back([&] {
+      BindToEveryCore();  // not the core of a pinned caller (PoolOptions::pin)
       uint64_t sum = 0;
       for (size_t c; (c = next.fetch_add(1, std::memory_order_relaxed)) < chunks;) {
         const uint64_t* p = buf.data() + c * kStreamChunkWords;

@@ -49,6 +49,7 @@ absl::StatusOr<std::vector<PoolNode>> PlanPoolNodes(hwloc_topology_t topology, i
   std::vector<int> next_core(nodes.size(), 0);
   for (size_t k = 0; k < nodes.size(); ++k) plan[k].os_index = nodes[k].os_index;
   plan[0].has_caller = true;
+  plan[0].caller_core = nodes[0].cores[0];
   next_core[0] = 1;  // the caller's core
   for (int t = 1; t < threads; ++t) {
     const size_t k = t % nodes.size();
@@ -58,6 +59,21 @@ absl::StatusOr<std::vector<PoolNode>> PlanPoolNodes(hwloc_topology_t topology, i
   // A node without a thread would only be read from afar: leave it out of the plan.
   std::erase_if(plan, [](const PoolNode& n) { return n.threads() == 0; });
   return plan;
+}
+
+void BindToEveryCore() {
+  // Loaded once; binding reads the topology only, so threads may share it.
+  static const hwloc_topology_t topology = [] {
+    hwloc_topology_t t = nullptr;
+    if (hwloc_topology_init(&t) != 0) return static_cast<hwloc_topology_t>(nullptr);
+    if (hwloc_topology_load(t) != 0) {
+      hwloc_topology_destroy(t);
+      return static_cast<hwloc_topology_t>(nullptr);
+    }
+    return t;
+  }();
+  if (topology == nullptr) return;
+  hwloc_set_cpubind(topology, hwloc_topology_get_allowed_cpuset(topology), HWLOC_CPUBIND_THREAD);
 }
 
 int64_t LargestCacheBytes(hwloc_topology_t topology) {

@@ -22,6 +22,7 @@ hwloc_obj_type_t PinUnitType(hwloc_topology_t topology);
 struct PoolNode {
   int os_index = 0;               // the NUMA node's OS number (hwloc os_index)
   bool has_caller = false;        // the calling thread counts here (node 0 only)
+  int caller_core = -1;           // node 0: hwloc logical index of the caller's PinUnitType object
   std::vector<int> worker_cores;  // hwloc logical index of each worker's PinUnitType object, in
                                   // arena-slot order
   int threads() const { return static_cast<int>(worker_cores.size()) + (has_caller ? 1 : 0); }
@@ -34,6 +35,13 @@ struct PoolNode {
 // With `numa` false, or on a machine with one node, everything is one node (os_index of the first).
 absl::StatusOr<std::vector<PoolNode>> PlanPoolNodes(hwloc_topology_t topology, int threads,
                                                     bool numa);
+
+// Binds the calling thread to every CPU the process may use (hwloc's allowed set), undoing the
+// binding a new thread takes from its creator: the pool's caller is bound to one core
+// (PoolOptions::pin), and threads it starts would share that core. For the bench's stream readers,
+// which float, as they did before the caller was pinned (bound one per core they read 30% less on
+// the 16-core host once the pool had run: docs/perf/experts.md, session 17).
+void BindToEveryCore();
 
 // The largest CPU cache (L2, L3 or L4) in `topology`, in bytes; 0 when it has none.
 int64_t LargestCacheBytes(hwloc_topology_t topology);

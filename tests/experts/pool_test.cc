@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 #include <hwloc.h>
+#include <sched.h>
 #include <sys/mman.h>
 
 #include <chrono>
@@ -292,6 +293,38 @@ TEST(PoolErrors, RefusesUnsupportedFormatsAndBadJobs) {
             absl::StatusCode::kOutOfRange);
   EXPECT_EQ(ExpertPool::Create({.threads = 1, .isa = "sse9"}).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// PoolOptions::pin: the calling thread runs on the core kept for it from its first call, and gets
+// its binding back when the pool is destroyed; with pin off it is left alone.
+TEST(PoolTest, PinsTheCallerToItsCoreAndRestoresItsBinding) {
+  auto affinity = [] {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    EXPECT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+    return set;
+  };
+  const cpu_set_t before = affinity();
+  if (CPU_COUNT(&before) < 2) GTEST_SKIP() << "one CPU: pinning cannot narrow the binding";
+  {
+    auto pool = ExpertPool::Create({.threads = 2});
+    ASSERT_TRUE(pool.ok()) << pool.status();
+    const cpu_set_t created = affinity();
+    EXPECT_TRUE(CPU_EQUAL(&created, &before));  // not before the first call
+    (*pool)->RunEmpty();
+    const cpu_set_t during = affinity();
+    EXPECT_GE(CPU_COUNT(&during), 1);
+    EXPECT_LT(CPU_COUNT(&during), CPU_COUNT(&before));
+  }
+  cpu_set_t after = affinity();
+  EXPECT_TRUE(CPU_EQUAL(&after, &before));
+  {
+    auto pool = ExpertPool::Create({.threads = 2, .pin = false});
+    ASSERT_TRUE(pool.ok()) << pool.status();
+    (*pool)->RunEmpty();
+    after = affinity();
+    EXPECT_TRUE(CPU_EQUAL(&after, &before));
+  }
 }
 
 TEST(PoolTest, EmptyJobsAndEmptyDispatchReturn) {

@@ -33,6 +33,7 @@ TEST(PlanPoolNodes, SpreadsThreadsRoundRobinOverNodesAndKeepsTheCallersCore) {
   ASSERT_EQ(plan->size(), 2u);
   EXPECT_EQ((*plan)[0].os_index, 0);
   EXPECT_TRUE((*plan)[0].has_caller);
+  EXPECT_EQ((*plan)[0].caller_core, 0);
   EXPECT_EQ((*plan)[0].worker_cores, (std::vector<int>{1, 2, 3}));  // core 0 is the caller's
   EXPECT_EQ((*plan)[1].os_index, 1);
   EXPECT_FALSE((*plan)[1].has_caller);
