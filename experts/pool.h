@@ -93,7 +93,7 @@ struct PoolOptions {
   // moved the caller onto a busy worker's core at times, and the two then took turns in
   // millisecond slices while holding the layer (docs/perf/experts.md, session 17). Threads the
   // pinned caller starts inherit its core (pthread affinity), so start them before, or bind them
-  // (BindToEveryCore in topology.h).
+  // (WideBinding in topology.h).
   bool pin = true;
   bool numa = true;          // one arena per NUMA node (false: one arena over every core)
   // An hwloc synthetic topology to plan threads for instead of this machine's, e.g.

@@ -69,9 +69,9 @@ StreamReading StreamReadClaimed(const LineAlignedWords& buf, int threads, bool p
   std::atomic<uint64_t> total{0};
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::thread> readers;
+  const WideBinding wide;  // readers spread over every core, not the pool caller's (PoolOptions::pin)
   for (int t = 0; t < threads; ++t) {
     readers.emplace_back([&] {
-      BindToEveryCore();  // not the core of a pinned caller (PoolOptions::pin)
       uint64_t sum = 0;
       for (size_t c; (c = next.fetch_add(1, std::memory_order_relaxed)) < chunks;) {
         const uint64_t* p = buf.data() + c * kStreamChunkWords;

@@ -48,8 +48,7 @@ struct StreamReading {
 // Reads all of buf with `threads` threads started for the call, each claiming kStreamChunkWords at
 // a time until none are left, with SumWordsPrefetching or SumWordsPlain: the way the pool's workers
 // share a layer, so that a thread the host slows down reads less instead of holding the read up.
-// The threads float over every core (BindToEveryCore). buf.size() is a multiple of
-// kStreamChunkWords.
+// The threads float over every core (WideBinding). buf.size() is a multiple of kStreamChunkWords.
 inline constexpr size_t kStreamChunkWords = (size_t{1} << 20) / 8;  // 1 MiB
 StreamReading StreamReadClaimed(const LineAlignedWords& buf, int threads, bool prefetching);
 

@@ -61,8 +61,9 @@ absl::StatusOr<std::vector<PoolNode>> PlanPoolNodes(hwloc_topology_t topology, i
   return plan;
 }
 
-void BindToEveryCore() {
-  // Loaded once; binding reads the topology only, so threads may share it.
+namespace {
+// This machine's topology, loaded once; binding reads it only, so threads may share it.
+hwloc_topology_t ThisMachine() {
   static const hwloc_topology_t topology = [] {
     hwloc_topology_t t = nullptr;
     if (hwloc_topology_init(&t) != 0) return static_cast<hwloc_topology_t>(nullptr);
@@ -72,8 +73,26 @@ void BindToEveryCore() {
     }
     return t;
   }();
+  return topology;
+}
+}  // namespace
+
+WideBinding::WideBinding() {
+  hwloc_topology_t topology = ThisMachine();
   if (topology == nullptr) return;
+  before_ = hwloc_bitmap_alloc();
+  if (hwloc_get_cpubind(topology, before_, HWLOC_CPUBIND_THREAD) != 0) {
+    hwloc_bitmap_free(before_);
+    before_ = nullptr;
+    return;
+  }
   hwloc_set_cpubind(topology, hwloc_topology_get_allowed_cpuset(topology), HWLOC_CPUBIND_THREAD);
+}
+
+WideBinding::~WideBinding() {
+  if (before_ == nullptr) return;
+  hwloc_set_cpubind(ThisMachine(), before_, HWLOC_CPUBIND_THREAD);
+  hwloc_bitmap_free(before_);
 }
 
 int64_t LargestCacheBytes(hwloc_topology_t topology) {

@@ -36,12 +36,23 @@ struct PoolNode {
 absl::StatusOr<std::vector<PoolNode>> PlanPoolNodes(hwloc_topology_t topology, int threads,
                                                     bool numa);
 
-// Binds the calling thread to every CPU the process may use (hwloc's allowed set), undoing the
-// binding a new thread takes from its creator: the pool's caller is bound to one core
-// (PoolOptions::pin), and threads it starts would share that core. For the bench's stream readers,
-// which float, as they did before the caller was pinned (bound one per core they read 30% less on
-// the 16-core host once the pool had run: docs/perf/experts.md, session 17).
-void BindToEveryCore();
+// For its lifetime, binds the calling thread to every CPU the process may use (hwloc's allowed
+// set); then restores the thread's binding. Threads started meanwhile take the wide binding, and
+// the scheduler places each on an idle CPU as it starts. For threads the pool's caller starts,
+// which would otherwise share its core (PoolOptions::pin) — the bench's stream readers: widening
+// each reader's own binding after it started left them crowded on that core (37 GB/s against
+// 138 on the 16-core host), and binding them one per core read 30% less once the pool had run
+// (docs/perf/experts.md, session 17).
+class WideBinding {
+ public:
+  WideBinding();
+  ~WideBinding();
+  WideBinding(const WideBinding&) = delete;
+  WideBinding& operator=(const WideBinding&) = delete;
+
+ private:
+  hwloc_bitmap_t before_ = nullptr;  // nullptr: nothing to restore
+};
 
 // The largest CPU cache (L2, L3 or L4) in `topology`, in bytes; 0 when it has none.
 int64_t LargestCacheBytes(hwloc_topology_t topology);

@@ -3,9 +3,11 @@
 #include "experts/topology.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace tandem::experts {
@@ -116,6 +118,36 @@ TEST(LargestCacheBytes, TakesTheLargestCacheOfAnyLevel) {
   EXPECT_EQ(LargestCacheBytes(Synthetic("package:1 l2:4(size=4MB) core:1 pu:1").get()), 4000000);
   EXPECT_EQ(LargestCacheBytes(Synthetic(kTwoNodes).get()), 0);
   EXPECT_GT(LargestCacheBytes(), 0);
+}
+
+// A thread bound to one CPU widens its binding for a WideBinding's lifetime; a thread started
+// meanwhile keeps the wide binding; the old one comes back after.
+TEST(WideBinding, ThreadsStartedInsideItMayRunAnywhere) {
+  auto affinity = [] {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    EXPECT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+    return set;
+  };
+  const cpu_set_t all = affinity();
+  if (CPU_COUNT(&all) < 2) GTEST_SKIP() << "one CPU: nothing to widen";
+  int first = 0;
+  while (!CPU_ISSET(first, &all)) ++first;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+  cpu_set_t started;
+  {
+    const WideBinding wide;
+    const cpu_set_t inside = affinity();
+    EXPECT_GE(CPU_COUNT(&inside), CPU_COUNT(&all));
+    std::thread([&] { started = affinity(); }).join();
+  }
+  EXPECT_GE(CPU_COUNT(&started), CPU_COUNT(&all));
+  const cpu_set_t after = affinity();
+  EXPECT_TRUE(CPU_EQUAL(&after, &one));
+  ASSERT_EQ(sched_setaffinity(0, sizeof(all), &all), 0);
 }
 
 }  // namespace
