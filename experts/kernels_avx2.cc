@@ -158,8 +158,8 @@ static inline __m256 ExpAvx2(__m256 t) {
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
   const __m256 er = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
-  const __m256i pow2n = _mm256_slli_epi32(
-      _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  const __m256i pow2n =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(er, _mm256_castsi256_ps(pow2n));
 }
 
@@ -170,9 +170,9 @@ void SiluMulAvx2(float* h, const float* u, int64_t n) {
     // e^-x with -x clamped to [-87, 88]: past those ends silu(x) is x to the last bit, or within
     // 1e-36 of 0. A NaN x gets a finite exponent (max and min return their second operand) and
     // stays NaN through the division.
-    const __m256 t = _mm256_min_ps(_mm256_max_ps(_mm256_sub_ps(_mm256_setzero_ps(), x),
-                                                 _mm256_set1_ps(-87.0f)),
-                                   _mm256_set1_ps(88.0f));
+    const __m256 t =
+        _mm256_min_ps(_mm256_max_ps(_mm256_sub_ps(_mm256_setzero_ps(), x), _mm256_set1_ps(-87.0f)),
+                      _mm256_set1_ps(88.0f));
     const __m256 silu = _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), ExpAvx2(t)));
     _mm256_storeu_ps(h + i, _mm256_mul_ps(silu, _mm256_loadu_ps(u + i)));
   }

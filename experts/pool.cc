@@ -23,17 +23,19 @@
 // adds the partials in job order.
 //
 // Backups. A thread descheduled while it holds an item stalls the layer until it runs again (a
-// scheduler slice, milliseconds). So in small layers (decode and verify) a thread that waits, in
-// any item or at the end of the job, reruns a claimed A or B item of an earlier phase than the one
-// it waits in once that item has been claimed for backup_us: at most one backup per item. Each
-// run writes its outputs in its own lane (0: the claimer, 1: the backup) and the first to finish
-// publishes its lane in the item's state word, then counts the item done; readers (Q, the sums) take
-// each item's winning lane, so a losing run, which goes on writing its lane, is never read. The
-// short X and Q items run once, and so does each slice's sum (it writes the caller's `out`): only
-// the winning run of a B item counts it, so one run completes the slice. A losing run can outlast its job,
-// so each job lives in a job set (description, scratch, counters) that is reused only when no
-// thread is inside it; small jobs rotate over several sets. The deadlock argument above holds: a
-// wait in phase P reruns only items of phases below P, which never wait for it.
+// scheduler slice, milliseconds). So in small layers (decode and verify) a thread that waits in an
+// item, and the caller while it waits for the job's end, reruns a claimed A or B item of an earlier
+// phase than the one it waits in once that item has been claimed for backup_us (a worker with
+// nothing left to claim leaves the job, so late B items are the caller's): at most one backup per
+// item. Each run writes its outputs in its own lane (0: the claimer, 1: the backup) and the first
+// to finish publishes its lane in the item's state word, then counts the item done; readers (Q,
+// the sums) take each item's winning lane, so a losing run, which goes on writing its lane, is
+// never read. The short X and Q items run once, and so does each slice's sum (it writes the
+// caller's `out`): only the winning run of a B item counts it, so one run completes the slice. A
+// losing run can outlast its job, so each job lives in a job set (description, scratch, counters)
+// that is reused only when no thread is inside it; small jobs rotate over several sets. The
+// deadlock argument above holds: a wait in phase P reruns only items of phases below P, which never
+// wait for it.
 #include "experts/pool.h"
 
 #include <hwloc.h>
@@ -948,8 +950,8 @@ bool ExpertPool::RunLateItem(JobSet& set, int below_phase, int thread) {
 
 void ExpertPool::RunItem(JobSet& set, uint32_t item, int lane, int thread) {
   // Counts this item done for the job's join. Release: the caller, which acquires every thread's
-  // count, sees all the item wrote (for a slice's sum, its `out` columns). An atomic add, although the
-  // line is this thread's: a lost count would hang the join, so it must not rest on arena slots
+  // count, sees all the item wrote (for a slice's sum, its `out` columns). An atomic add, although
+  // the line is this thread's: a lost count would hang the join, so it must not rest on arena slots
   // never being shared.
   std::atomic<uint64_t>& items_done = impl_->threads[thread].items_done;
   auto count_for_join = [&items_done] { items_done.fetch_add(1, std::memory_order_release); };
@@ -979,8 +981,9 @@ void ExpertPool::RunItem(JobSet& set, uint32_t item, int lane, int thread) {
     return true;
   };
   auto lane_of = [&set](uint32_t i) {
-    return set.backups && (set.items[i].state.load(std::memory_order_acquire) & kItemLane1) != 0 ? 1
-                                                                                                : 0;
+    return set.backups && (set.items[i].state.load(std::memory_order_acquire) & kItemLane1) != 0
+               ? 1
+               : 0;
   };
   if (item < set.phase_end[0]) {  // X
     QuantizeActivations(w.gate.type, set.x + static_cast<int64_t>(item) * w.hidden, w.hidden,
@@ -1047,8 +1050,8 @@ void ExpertPool::RunItem(JobSet& set, uint32_t item, int lane, int thread) {
   float* part = set.down[lane].data() + static_cast<int64_t>(g.first) * w.hidden + c0;
   {
     const KernelTimer timer(impl_->threads[thread].kernel_ns);
-    set.down_dot(w.down.Expert(g.expert) + c0 * w.down.row_bytes, w.down.row_bytes, nc, w.n_ff,
-                 act, g.count, part, w.hidden);
+    set.down_dot(w.down.Expert(g.expert) + c0 * w.down.row_bytes, w.down.row_bytes, nc, w.n_ff, act,
+                 g.count, part, w.hidden);
   }
   if (!won()) return;
   // The run that completes the column slice, over every group, adds every job's weighted partial
@@ -1059,8 +1062,8 @@ void ExpertPool::RunItem(JobSet& set, uint32_t item, int lane, int thread) {
     const int64_t c1 = std::min<int64_t>(c0 + set.out_slice, w.hidden);
     for (int j = 0; j < set.n_jobs; ++j) {
       const ExpertJob& job = set.sorted[j];
-      const uint32_t b = set.phase_end[2] +
-                         static_cast<uint32_t>(set.slot_group[j] * set.out_slices + slice);
+      const uint32_t b =
+          set.phase_end[2] + static_cast<uint32_t>(set.slot_group[j] * set.out_slices + slice);
       const float* part = set.down[lane_of(b)].data() + static_cast<int64_t>(j) * w.hidden;
       float* o = set.out + static_cast<int64_t>(job.row) * w.hidden;
       for (int64_t c = c0; c < c1; ++c) o[c] += job.weight * part[c];
