@@ -298,31 +298,25 @@ TEST(PoolErrors, RefusesUnsupportedFormatsAndBadJobs) {
 // PoolOptions::pin: the calling thread runs on the core kept for it from its first call, and gets
 // its binding back when the pool is destroyed; with pin off it is left alone.
 TEST(PoolTest, PinsTheCallerToItsCoreAndRestoresItsBinding) {
-  auto affinity = [] {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    EXPECT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
-    return set;
-  };
-  const cpu_set_t before = affinity();
+  const cpu_set_t before = ThreadAffinity();
   if (CPU_COUNT(&before) < 2) GTEST_SKIP() << "one CPU: pinning cannot narrow the binding";
   {
     auto pool = ExpertPool::Create({.threads = 2});
     ASSERT_TRUE(pool.ok()) << pool.status();
-    const cpu_set_t created = affinity();
+    const cpu_set_t created = ThreadAffinity();
     EXPECT_TRUE(CPU_EQUAL(&created, &before));  // not before the first call
     (*pool)->RunEmpty();
-    const cpu_set_t during = affinity();
+    const cpu_set_t during = ThreadAffinity();
     EXPECT_GE(CPU_COUNT(&during), 1);
     EXPECT_LT(CPU_COUNT(&during), CPU_COUNT(&before));
   }
-  cpu_set_t after = affinity();
+  cpu_set_t after = ThreadAffinity();
   EXPECT_TRUE(CPU_EQUAL(&after, &before));
   {
     auto pool = ExpertPool::Create({.threads = 2, .pin = false});
     ASSERT_TRUE(pool.ok()) << pool.status();
     (*pool)->RunEmpty();
-    after = affinity();
+    after = ThreadAffinity();
     EXPECT_TRUE(CPU_EQUAL(&after, &before));
   }
 }

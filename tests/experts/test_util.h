@@ -1,6 +1,10 @@
 // Shared helpers of the expert tests: random inputs, activations quantised for the kernels, the
-// fp32 reference of one expert, and the normalised error used for every bound.
+// fp32 reference of one expert, the normalised error used for every bound, and the calling
+// thread's CPU binding.
 #pragma once
+
+#include <gtest/gtest.h>
+#include <sched.h>
 
 #include <cmath>
 #include <cstdint>
@@ -12,6 +16,14 @@
 #include "runtime/quant/ggml_type.h"
 
 namespace tandem::experts {
+
+// The CPUs the calling thread may run on.
+inline cpu_set_t ThreadAffinity() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  EXPECT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+  return set;
+}
 
 inline std::vector<float> RandomFloats(size_t n, uint64_t seed, float scale = 1.0f) {
   std::mt19937_64 rng(seed);

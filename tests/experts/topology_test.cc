@@ -10,6 +10,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/experts/test_util.h"
+
 namespace tandem::experts {
 namespace {
 
@@ -123,13 +125,7 @@ TEST(LargestCacheBytes, TakesTheLargestCacheOfAnyLevel) {
 // A thread bound to one CPU widens its binding for a WideBinding's lifetime; a thread started
 // meanwhile keeps the wide binding; the old one comes back after.
 TEST(WideBinding, ThreadsStartedInsideItMayRunAnywhere) {
-  auto affinity = [] {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    EXPECT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
-    return set;
-  };
-  const cpu_set_t all = affinity();
+  const cpu_set_t all = ThreadAffinity();
   if (CPU_COUNT(&all) < 2) GTEST_SKIP() << "one CPU: nothing to widen";
   int first = 0;
   while (!CPU_ISSET(first, &all)) ++first;
@@ -140,12 +136,12 @@ TEST(WideBinding, ThreadsStartedInsideItMayRunAnywhere) {
   cpu_set_t started;
   {
     const WideBinding wide;
-    const cpu_set_t inside = affinity();
+    const cpu_set_t inside = ThreadAffinity();
     EXPECT_GE(CPU_COUNT(&inside), CPU_COUNT(&all));
-    std::thread([&] { started = affinity(); }).join();
+    std::thread([&] { started = ThreadAffinity(); }).join();
   }
   EXPECT_GE(CPU_COUNT(&started), CPU_COUNT(&all));
-  const cpu_set_t after = affinity();
+  const cpu_set_t after = ThreadAffinity();
   EXPECT_TRUE(CPU_EQUAL(&after, &one));
   ASSERT_EQ(sched_setaffinity(0, sizeof(all), &all), 0);
 }
