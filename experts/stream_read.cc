@@ -69,8 +69,8 @@ StreamReading StreamReadClaimed(const LineAlignedWords& buf, int threads, bool p
   std::atomic<uint64_t> total{0};
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::thread> readers;
-  const WideBinding
-      wide;  // readers spread over every core, not the pool caller's (PoolOptions::pin)
+  // The readers spread over every core, not onto a pinned pool caller's (PoolOptions::pin).
+  const WideBinding wide;
   for (int t = 0; t < threads; ++t) {
     readers.emplace_back([&] {
       uint64_t sum = 0;
