@@ -414,7 +414,7 @@ class Pinner : public tbb::task_scheduler_observer {
   }
   void on_scheduler_exit(bool) override {
     TbbAcquire(TbbEdge::kObserverReady);
-    hwloc_set_cpubind(topo_, hwloc_topology_get_allowed_cpuset(topo_), HWLOC_CPUBIND_THREAD);
+    hwloc_set_cpubind(topo_, hwloc_get_root_obj(topo_)->cpuset, HWLOC_CPUBIND_THREAD);
     TbbRelease(TbbEdge::kObserverExited);
   }
 
@@ -459,8 +459,6 @@ absl::StatusOr<std::unique_ptr<ExpertPool>> ExpertPool::Create(const PoolOptions
   }
   pool->backup_us_ = options.backup_us;
   pool->stall_workers_us_ = options.stall_workers_us;
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  pool->n_threads_ = options.threads == 0 ? cores : options.threads;
   pool->spin_us_ = options.spin_us;
   pool->impl_ = std::make_unique<Impl>();
   Impl& impl = *pool->impl_;
@@ -478,6 +476,10 @@ absl::StatusOr<std::unique_ptr<ExpertPool>> ExpertPool::Create(const PoolOptions
         absl::StrCat("expert pool: hwloc could not read the topology: ", std::strerror(errno)));
   }
   impl.this_system = hwloc_topology_is_thissystem(impl.topology) != 0;
+  if (impl.this_system) RestrictTopology(impl.topology, StartCpus());
+  pool->n_threads_ = options.threads > 0
+                         ? options.threads
+                         : std::max(1, hwloc_get_nbobjs_by_type(impl.topology, HWLOC_OBJ_PU));
   TANDEM_ASSIGN_OR_RETURN(pool->nodes_,
                           PlanPoolNodes(impl.topology, pool->n_threads_, options.numa));
 
@@ -668,7 +670,7 @@ void ExpertPool::Post(JobSet& set) {
     // thread takes that thread's binding.
     if (impl.caller_was == nullptr) impl.caller_was = hwloc_bitmap_alloc();
     if (hwloc_get_cpubind(impl.topology, impl.caller_was, HWLOC_CPUBIND_THREAD) != 0) {
-      hwloc_bitmap_copy(impl.caller_was, hwloc_topology_get_allowed_cpuset(impl.topology));
+      hwloc_bitmap_copy(impl.caller_was, hwloc_get_root_obj(impl.topology)->cpuset);
     }
     hwloc_set_cpubind(impl.topology, impl.caller_cpuset, HWLOC_CPUBIND_THREAD);
     impl.pinned_caller = std::this_thread::get_id();

@@ -79,7 +79,9 @@ inline constexpr int kDefaultSpinMicros = 200;
 inline constexpr int kDefaultBackupMicros = 200;
 
 struct PoolOptions {
-  int threads = 0;           // compute threads including the caller; 0: every core
+  // Compute threads including the caller; 0: one per CPU the process started on (StartCpus in
+  // topology.h: its affinity, e.g. taskset; the pool plans and pins inside that set either way).
+  int threads = 0;
   std::string isa = "auto";  // auto | avx512 | avx2 | scalar
   int spin_us = kDefaultSpinMicros;
   int backup_us = kDefaultBackupMicros;

@@ -1,5 +1,7 @@
 #include "experts/topology.h"
 
+#include <hwloc/glibc-sched.h>
+
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -62,7 +64,29 @@ absl::StatusOr<std::vector<PoolNode>> PlanPoolNodes(hwloc_topology_t topology, i
 }
 
 namespace {
-// This machine's topology, loaded once; binding reads it only, so threads may share it.
+const cpu_set_t kStartCpus = [] {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) CPU_ZERO(&set);
+  return set;
+}();
+}  // namespace
+
+const cpu_set_t& StartCpus() { return kStartCpus; }
+
+void RestrictTopology(hwloc_topology_t topology, const cpu_set_t& cpus) {
+  hwloc_bitmap_t set = hwloc_bitmap_alloc();
+  hwloc_cpuset_from_glibc_sched_affinity(topology, set, &cpus, sizeof(cpus));
+  const hwloc_const_bitmap_t all = hwloc_get_root_obj(topology)->cpuset;
+  if (hwloc_bitmap_intersects(set, all) && !hwloc_bitmap_isincluded(all, set)) {
+    hwloc_topology_restrict(topology, set, 0);
+  }
+  hwloc_bitmap_free(set);
+}
+
+namespace {
+// This machine's topology restricted to StartCpus, loaded once; binding reads it only, so threads
+// may share it.
 hwloc_topology_t ThisMachine() {
   static const hwloc_topology_t topology = [] {
     hwloc_topology_t t = nullptr;
@@ -71,6 +95,7 @@ hwloc_topology_t ThisMachine() {
       hwloc_topology_destroy(t);
       return static_cast<hwloc_topology_t>(nullptr);
     }
+    RestrictTopology(t, StartCpus());
     return t;
   }();
   return topology;
@@ -86,7 +111,7 @@ WideBinding::WideBinding() {
     before_ = nullptr;
     return;
   }
-  hwloc_set_cpubind(topology, hwloc_topology_get_allowed_cpuset(topology), HWLOC_CPUBIND_THREAD);
+  hwloc_set_cpubind(topology, hwloc_get_root_obj(topology)->cpuset, HWLOC_CPUBIND_THREAD);
 }
 
 WideBinding::~WideBinding() {

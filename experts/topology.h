@@ -8,6 +8,7 @@
 #pragma once
 
 #include <hwloc.h>
+#include <sched.h>
 
 #include <cstdint>
 #include <vector>
@@ -36,9 +37,19 @@ struct PoolNode {
 absl::StatusOr<std::vector<PoolNode>> PlanPoolNodes(hwloc_topology_t topology, int threads,
                                                     bool numa);
 
-// For its lifetime, binds the calling thread to every CPU the process may use (hwloc's allowed
-// set); then restores the thread's binding. Threads started meanwhile take the wide binding, and
-// the scheduler places each on an idle CPU as it starts. For threads the pool's caller starts,
+// The CPUs the process started on: its first thread's affinity (taskset, numactl
+// --physcpubind), read before main, when no pool can have bound a thread yet. hwloc's own view
+// (the machine, less what a cgroup forbids) does not follow it.
+const cpu_set_t& StartCpus();
+
+// Restricts a loaded `topology` to `cpus` (when they leave something out and keep something), so
+// that plans and bindings made from it stay inside them. The pool restricts its topology of this
+// machine to StartCpus().
+void RestrictTopology(hwloc_topology_t topology, const cpu_set_t& cpus);
+
+// For its lifetime, binds the calling thread to every CPU it may use (StartCpus, less what a cgroup
+// forbids); then restores the thread's binding. Threads started meanwhile take the wide binding,
+// and the scheduler places each on an idle CPU as it starts. For threads the pool's caller starts,
 // which would otherwise share its core (PoolOptions::pin) — the bench's stream readers: widening
 // each reader's own binding after it started left them crowded on that core (37 GB/s against
 // 138 on the 16-core host), and binding them one per core read 30% less once the pool had run

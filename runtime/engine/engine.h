@@ -45,7 +45,7 @@ struct EngineOptions {
   std::string kernels = "auto";    // cuda: auto (= megakernel) | megakernel | per-op
   bool cuda_graphs = true;         // cuda: capture each step shape once and replay it
   int n_ctx = 0;                   // 0: the smaller of the model's training context and 4096
-  int threads = 0;                 // CPU threads for the whole process; 0: every core
+  int threads = 0;  // CPU threads for the whole process; 0: one per CPU it started on
   std::string cpu_isa = "auto";    // cpu backend kernels: auto | avx512 | avx2 | scalar
   bool cpu_numa = true;  // cpu backend: a pool arena per NUMA node, experts bound to nodes
   // cpu backend: rerun a late expert work item on an idle thread after this many µs (same

@@ -321,6 +321,23 @@ TEST(PoolTest, PinsTheCallerToItsCoreAndRestoresItsBinding) {
   }
 }
 
+// By default one thread per CPU the process started on, whatever the creating thread's binding.
+TEST(PoolTest, DefaultsToOneThreadPerStartCpu) {
+  const cpu_set_t all = ThreadAffinity();
+  int last = CPU_SETSIZE - 1;
+  while (!CPU_ISSET(last, &all)) --last;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(last, &one);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+  {
+    auto pool = ExpertPool::Create({});
+    ASSERT_TRUE(pool.ok()) << pool.status();
+    EXPECT_EQ((*pool)->threads(), CPU_COUNT(&StartCpus()));
+  }
+  ASSERT_EQ(sched_setaffinity(0, sizeof(all), &all), 0);
+}
+
 TEST(PoolTest, EmptyJobsAndEmptyDispatchReturn) {
   auto pool = ExpertPool::Create({});
   ASSERT_TRUE(pool.ok());

@@ -122,6 +122,35 @@ TEST(LargestCacheBytes, TakesTheLargestCacheOfAnyLevel) {
   EXPECT_GT(LargestCacheBytes(), 0);
 }
 
+// A process started on CPUs 2-3 of a four-core machine (taskset -c 2,3) plans its caller and
+// workers on those cores only.
+TEST(RestrictTopology, PlansStayInsideTheStartCpus) {
+  Topology topo = Synthetic("package:1 numa:1 core:4 pu:1");
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  CPU_SET(2, &cpus);
+  CPU_SET(3, &cpus);
+  RestrictTopology(topo.get(), cpus);
+  EXPECT_EQ(hwloc_get_nbobjs_by_type(topo.get(), HWLOC_OBJ_CORE), 2);
+  auto plan = PlanPoolNodes(topo.get(), 2, true);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->size(), 1u);
+  std::vector<int> cores = (*plan)[0].worker_cores;
+  cores.push_back((*plan)[0].caller_core);
+  for (int c : cores) {
+    hwloc_obj_t core = hwloc_get_obj_by_type(topo.get(), HWLOC_OBJ_CORE, static_cast<unsigned>(c));
+    ASSERT_NE(core, nullptr);
+    const int pu = hwloc_bitmap_first(core->cpuset);
+    EXPECT_TRUE(pu == 2 || pu == 3) << "core " << c << " is CPU " << pu;
+  }
+  // CPUs that leave nothing out, or keep nothing, change nothing.
+  Topology whole = Synthetic("package:1 numa:1 core:4 pu:1");
+  CPU_ZERO(&cpus);
+  CPU_SET(7, &cpus);
+  RestrictTopology(whole.get(), cpus);
+  EXPECT_EQ(hwloc_get_nbobjs_by_type(whole.get(), HWLOC_OBJ_CORE), 4);
+}
+
 // A thread bound to one CPU widens its binding for a WideBinding's lifetime; a thread started
 // meanwhile keeps the wide binding; the old one comes back after.
 TEST(WideBinding, ThreadsStartedInsideItMayRunAnywhere) {

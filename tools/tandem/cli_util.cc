@@ -59,7 +59,8 @@ void AddEngineFlags(CLI::App* cmd, engine::EngineOptions* options) {
                   "Context length in tokens (0: the model's training context, at most 4096)")
       ->capture_default_str();
   AddExpertPoolFlags(cmd, &options->cpu_isa, &options->cpu_numa, &options->cpu_backup_us);
-  cmd->add_option("--threads", options->threads, "CPU threads (0: every core)")
+  cmd->add_option("--threads", options->threads,
+                  "CPU threads (0: one per CPU the process may run on, e.g. under taskset)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--tokenizer", options->tokenizer,

@@ -326,7 +326,8 @@ void RegisterBench(CLI::App& app, int* exit_code) {
       "experts", "CPU expert pool: stream bandwidth, expert layers, dispatch (not a test)");
   ex->add_option("--json", options->json, "Write the report here");
   ex->add_option("--threads", options->threads,
-                 "Pool threads including the caller (0: every core)");
+                 "Pool threads including the caller (0: one per CPU the process may run on, e.g. "
+                 "under taskset)");
   AddExpertPoolFlags(ex, &options->isa, &options->numa, &options->backup_us);
   ex->add_option("--seconds", options->seconds, "Time per case")->check(CLI::PositiveNumber);
   ex->add_option("--experts", options->n_expert,
