@@ -85,8 +85,8 @@ void RestrictTopology(hwloc_topology_t topology, const cpu_set_t& cpus) {
 }
 
 namespace {
-// This machine's topology restricted to StartCpus, loaded once; binding reads it only, so threads
-// may share it.
+// This machine's topology restricted to StartCpus, loaded once; binding and the cache query read it
+// only, so threads may share it.
 hwloc_topology_t ThisMachine() {
   static const hwloc_topology_t topology = [] {
     hwloc_topology_t t = nullptr;
@@ -132,14 +132,7 @@ int64_t LargestCacheBytes(hwloc_topology_t topology) {
 }
 
 int64_t LargestCacheBytes() {
-  static const int64_t bytes = [] {
-    int64_t largest = 0;
-    hwloc_topology_t topology;
-    if (hwloc_topology_init(&topology) != 0) return largest;
-    if (hwloc_topology_load(topology) == 0) largest = LargestCacheBytes(topology);
-    hwloc_topology_destroy(topology);
-    return largest;
-  }();
+  static const int64_t bytes = ThisMachine() != nullptr ? LargestCacheBytes(ThisMachine()) : 0;
   return bytes > 0 ? bytes : int64_t{32} << 20;
 }
 

@@ -67,9 +67,9 @@ class WideBinding {
 
 // The largest CPU cache (L2, L3 or L4) in `topology`, in bytes; 0 when it has none.
 int64_t LargestCacheBytes(hwloc_topology_t topology);
-// The same for this machine, read once; 32 MiB when hwloc finds no cache. Benchmarks size their
-// working sets from it: the 16-core H200 host's VM has a 300 MiB L3, the 2-core VM 32 MiB
-// (glibc's sysconf(_SC_LEVEL3_CACHE_SIZE) says 320 MiB there).
+// The same for this machine (the caches of StartCpus), read once; 32 MiB when hwloc finds none.
+// Benchmarks size their working sets from it: the 16-core H200 host's VM has a 300 MiB L3, the
+// 2-core VM 32 MiB (glibc's sysconf(_SC_LEVEL3_CACHE_SIZE) says 320 MiB there).
 int64_t LargestCacheBytes();
 // Bytes a benchmark's working set needs so that reading it cycles through memory, not a cache:
 // four times LargestCacheBytes().
