@@ -73,11 +73,12 @@ class StreamProbe {
   experts::LineAlignedWords buf_;  // uninitialised until the threads fill it
 };
 
-// Bytes of the stream probe's buffer: four times the largest cache, at least 1 GiB, in whole MiB
-// (StreamReadClaimed's claims).
+// Bytes of the stream probe's buffer: four times the largest cache, at least 1 GiB, in whole
+// claims of StreamReadClaimed.
 size_t ProbeBytes() {
+  constexpr size_t kClaimBytes = experts::kStreamChunkWords * 8;
   return static_cast<size_t>(std::max<int64_t>(int64_t{1} << 30, experts::BeyondCachesBytes())) /
-         (1 << 20) * (1 << 20);
+         kClaimBytes * kClaimBytes;
 }
 
 // Distinct experts of one type the bench rotates over: enough that the bank is four times the
