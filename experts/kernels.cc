@@ -8,6 +8,13 @@
 #include "runtime/quant/q8_k.h"
 
 namespace tandem::experts {
+namespace {
+// Whether the AVX2 quantisers and SwiGLU may run: read once.
+bool HasAvx2() {
+  static const bool avx2 = CpuSupports(Isa::kAvx2);
+  return avx2;
+}
+}  // namespace
 
 bool SupportsFormat(quant::GgmlType type) { return GetScalarKernel(type) != nullptr; }
 
@@ -27,7 +34,7 @@ void QuantizeActivations(quant::GgmlType type, const float* x, int64_t n, uint8_
     std::memcpy(dst, x, static_cast<size_t>(n) * sizeof(float));
     return;
   }
-  static const bool avx2 = CpuSupports(Isa::kAvx2);
+  const bool avx2 = HasAvx2();
   if (act == quant::GgmlType::kQ8_K) {
     auto* blocks = reinterpret_cast<quant::BlockQ8K*>(dst);
     if (avx2) {
@@ -46,8 +53,7 @@ void QuantizeActivations(quant::GgmlType type, const float* x, int64_t n, uint8_
 }
 
 void SiluMul(Isa isa, float* h, const float* u, int64_t n) {
-  static const bool avx2 = CpuSupports(Isa::kAvx2);
-  if (isa != Isa::kScalar && avx2) {
+  if (isa != Isa::kScalar && HasAvx2()) {
     SiluMulAvx2(h, u, n);
   } else {
     SiluMulScalar(h, u, n);
