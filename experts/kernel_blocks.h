@@ -131,7 +131,7 @@ static inline void ScalarDecode32(const quant::BlockMXFP4& b, Block32* out) {
 // Traits: which block struct and family each supported weight type uses. kK: a 256-element
 // K-family block (KBlock algebra); kSigned: q is signed int8 (the SIMD paths move the sign onto the
 // activation); kMin: the correction term has its own factor dmin (Q4_K, Q5_K, Q2_K) instead of
-// the block's d (Q3_K, Q6_K, whose corr is an integer multiple of d·sc); kFloat: F16/BF16 rows
+// the block's d (Q3_K, Q6_K, whose corr is an integer multiple of d·sc); kFloat: F16/BF16/F32 rows
 // against f32 activations.
 enum class Family { kK, k32, kFloat };
 template <Family kF, bool kS, bool kM = false>
@@ -153,14 +153,21 @@ template <> struct Format<quant::GgmlType::kIQ4_NL> : FormatTraits<Family::k32, 
 template <> struct Format<quant::GgmlType::kMXFP4> : FormatTraits<Family::k32, true> { using Block = quant::BlockMXFP4; };
 template <> struct Format<quant::GgmlType::kF16> : FormatTraits<Family::kFloat, true> {};
 template <> struct Format<quant::GgmlType::kBF16> : FormatTraits<Family::kFloat, true> {};
+template <> struct Format<quant::GgmlType::kF32> : FormatTraits<Family::kFloat, true> {};
 
-// f32 value of one F16 / BF16 weight.
+// Bytes of one weight of a kFloat format.
 template <quant::GgmlType T>
-static inline float FloatWeight(uint16_t v) {
-  if constexpr (T == quant::GgmlType::kF16) {
-    return quant::Fp16ToF32(v);
+inline constexpr int64_t kFloatBytes = T == quant::GgmlType::kF32 ? 4 : 2;
+
+// f32 value of weight i of an F16 / BF16 / F32 row.
+template <quant::GgmlType T>
+static inline float FloatWeight(const uint8_t* row, int64_t i) {
+  if constexpr (T == quant::GgmlType::kF32) {
+    return reinterpret_cast<const float*>(row)[i];
+  } else if constexpr (T == quant::GgmlType::kF16) {
+    return quant::Fp16ToF32(reinterpret_cast<const uint16_t*>(row)[i]);
   } else {
-    return quant::Bf16ToF32(v);
+    return quant::Bf16ToF32(reinterpret_cast<const uint16_t*>(row)[i]);
   }
 }
 
@@ -181,6 +188,7 @@ static inline auto DispatchFormat(quant::GgmlType type) -> decltype(Maker::templ
     case GgmlType::kMXFP4: return Maker::template Make<GgmlType::kMXFP4>();
     case GgmlType::kF16: return Maker::template Make<GgmlType::kF16>();
     case GgmlType::kBF16: return Maker::template Make<GgmlType::kBF16>();
+    case GgmlType::kF32: return Maker::template Make<GgmlType::kF32>();
     default: return nullptr;
   }
 }

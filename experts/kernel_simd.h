@@ -10,7 +10,7 @@
 // ChunkScale(prepared, c) (the int16 scale of every pair of the chunk), LoadY, Abs, SignOf,
 // DotScaled(acc, unsigned q, y, scale) = acc + Σ pairs of q·y times scale into int32 lanes,
 // SubCorr, AddI, FmaScalar(isum, s, acc) = acc + float(isum)·s, Reduce, Dot32 (32 unsigned × 32
-// signed bytes into 8 int32), LoadWeights<T> (F16/BF16 to f32), LoadF, Fma, AddF, ZeroI, ZeroF,
+// signed bytes into 8 int32), LoadWeights<T>(row, i) (8 or 16 F16/BF16/F32 weights from element i, as f32), LoadF, Fma, AddF, ZeroI, ZeroF,
 // and kOwnKernel<T, N>: true where the policy has its own kernel OwnKernel<T, N>::Run for T at N
 // rows (kernel_vnni_rows.h, kernel_avx2_rows.h), which then replaces the generic loop.
 #pragma once
@@ -165,7 +165,7 @@ struct Rows32 {
   }
 };
 
-// --- F16 / BF16: f32 FMAs against f32 activations --------------------------------------------
+// --- F16 / BF16 / F32: f32 FMAs against f32 activations --------------------------------------------
 template <class V, quant::GgmlType T, int N>
 struct FloatRows {
   // Columns per pass over the weight rows. Past 4 rows, the rows' slice of one pass stays within
@@ -179,12 +179,13 @@ struct FloatRows {
                   const uint8_t* const* act, float* out, int64_t out_stride) {
     for (int64_t c0 = 0; c0 < k; c0 += kSpan) {
       const int64_t c1 = std::min(k, c0 + kSpan);
-      const RowPrefetch prefetch(w + 2 * c0, w_stride, 2 * (c1 - c0), n_wrows);  // 2-byte weights
+      constexpr int64_t kBytes = kFloatBytes<T>;
+      const RowPrefetch prefetch(w + kBytes * c0, w_stride, kBytes * (c1 - c0), n_wrows);
       prefetch.Start();
       for (int r = 0; r < n_wrows; ++r) {
         prefetch.Row(r);
         float sums[N];
-        SpanDot(reinterpret_cast<const uint16_t*>(w + r * w_stride), act, c0, c1, sums);
+        SpanDot(w + r * w_stride, act, c0, c1, sums);
         for (int a = 0; a < N; ++a) {
           float& o = out[a * out_stride + r];
           o = c0 > 0 ? o + sums[a] : sums[a];
@@ -195,7 +196,7 @@ struct FloatRows {
 
  private:
   // Σ over columns [c0, c1) of weight row wr times each activation row.
-  static void SpanDot(const uint16_t* wr, const uint8_t* const* act, int64_t c0, int64_t c1,
+  static void SpanDot(const uint8_t* wr, const uint8_t* const* act, int64_t c0, int64_t c1,
                       float* sums) {
     using FVec = typename V::FVec;
     constexpr int kU = N == 1 ? 4 : N == 2 ? 2 : 1;  // independent FMA chains per row
@@ -207,7 +208,7 @@ struct FloatRows {
     int64_t i = c0;
     for (; i + kStep <= c1; i += kStep) {
       for (int u = 0; u < kU; ++u) {
-        const FVec wv = V::template LoadWeights<T>(wr + i + u * V::kFloats);
+        const FVec wv = V::template LoadWeights<T>(wr, i + u * V::kFloats);
         for (int a = 0; a < N; ++a) {
           const float* y = reinterpret_cast<const float*>(act[a]) + i + u * V::kFloats;
           acc[a][u] = V::Fma(wv, V::LoadF(y), acc[a][u]);
@@ -215,7 +216,7 @@ struct FloatRows {
       }
     }
     for (; i + V::kFloats <= c1; i += V::kFloats) {
-      const FVec wv = V::template LoadWeights<T>(wr + i);
+      const FVec wv = V::template LoadWeights<T>(wr, i);
       for (int a = 0; a < N; ++a) {
         acc[a][0] = V::Fma(wv, V::LoadF(reinterpret_cast<const float*>(act[a]) + i), acc[a][0]);
       }
@@ -225,7 +226,7 @@ struct FloatRows {
       for (int u = 1; u < kU; ++u) total = V::AddF(total, acc[a][u]);
       float s = V::Reduce(total);
       const float* y = reinterpret_cast<const float*>(act[a]);
-      for (int64_t t = i; t < c1; ++t) s += FloatWeight<T>(wr[t]) * y[t];
+      for (int64_t t = i; t < c1; ++t) s += FloatWeight<T>(wr, t) * y[t];
       sums[a] = s;
     }
   }
@@ -319,7 +320,7 @@ static inline void KTiled(const uint8_t* w, int64_t w_stride, int n_wrows, int64
   }
 }
 
-// 32 family and F16/BF16: their register decode costs a few instructions per 32 elements, less
+// 32 family and F16/BF16/F32: their register decode costs a few instructions per 32 elements, less
 // than re-storing it would, so the tile is the raw weight rows themselves, kept in L1 while every
 // group of activation rows passes over them.
 template <class V, quant::GgmlType T>

@@ -19,7 +19,10 @@ bool HasAvx2() {
 bool SupportsFormat(quant::GgmlType type) { return GetScalarKernel(type) != nullptr; }
 
 quant::GgmlType ActivationType(quant::GgmlType type) {
-  if (type == quant::GgmlType::kF16 || type == quant::GgmlType::kBF16) return quant::GgmlType::kF32;
+  if (type == quant::GgmlType::kF16 || type == quant::GgmlType::kBF16 ||
+      type == quant::GgmlType::kF32) {
+    return quant::GgmlType::kF32;
+  }
   return quant::GetTypeInfo(type).block_elems == quant::kQK_K ? quant::GgmlType::kQ8_K
                                                               : quant::GgmlType::kQ8_0;
 }

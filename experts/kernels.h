@@ -1,6 +1,6 @@
 // Matrix-times-rows kernels for the CPU expert pool: weight rows read in place from GGUF bytes,
 // activations converted once per row to the form the weight type pairs with (spec §3: Q8_K for the
-// K-quants and IQ4_XS, Q8_0 for the 32-element formats, plain f32 for F16 and BF16), integer dot
+// K-quants and IQ4_XS, Q8_0 for the 32-element formats, plain f32 for F16, BF16 and F32), integer dot
 // products per block with float scales applied per block. Every weight block is decoded once for
 // all (up to 8) activation rows in registers; more rows take the tiled path, which decodes a tile
 // of weight rows once and applies it to every row. No allocation, no threads: the pool (pool.h)
@@ -23,11 +23,11 @@ inline constexpr int kMaxKernelRows = 8;
 inline constexpr int kMaxTileRows = 512;
 
 // True when the pool has a kernel for weights of `type` on every ISA (scalar included):
-// Q4_K Q3_K Q8_0 Q6_K Q5_K Q2_K IQ4_XS Q4_0 IQ4_NL MXFP4 F16 BF16. Q4_1/Q5_0/Q5_1 and F32 are
-// not supported: callers must refuse them.
+// Q4_K Q3_K Q8_0 Q6_K Q5_K Q2_K IQ4_XS Q4_0 IQ4_NL MXFP4 F16 BF16 F32. Q4_1/Q5_0/Q5_1 are not
+// supported: callers must refuse them.
 bool SupportsFormat(quant::GgmlType type);
 
-// The activation format paired with weights of `type`: kQ8_K, kQ8_0, or kF32 (for F16 and BF16).
+// The activation format paired with weights of `type`: kQ8_K, kQ8_0, or kF32 (for F16, BF16, F32).
 quant::GgmlType ActivationType(quant::GgmlType type);
 
 // Bytes of one converted activation row of n elements for weights of `type`.

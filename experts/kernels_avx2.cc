@@ -61,8 +61,11 @@ struct Avx2Policy {
   }
 
   template <quant::GgmlType T>
-  static FVec LoadWeights(const uint16_t* p) {
-    const __m128i v = LoadU128(p);
+  static FVec LoadWeights(const uint8_t* row, int64_t i) {
+    if constexpr (T == quant::GgmlType::kF32) {
+      return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + i);
+    }
+    const __m128i v = LoadU128(reinterpret_cast<const uint16_t*>(row) + i);
     if constexpr (T == quant::GgmlType::kF16) {
       return _mm256_cvtph_ps(v);
     } else {

@@ -105,8 +105,11 @@ struct Avx512Policy {
   }
 
   template <quant::GgmlType T>
-  static FVec LoadWeights(const uint16_t* p) {
-    const __m256i v = LoadU(p);
+  static FVec LoadWeights(const uint8_t* row, int64_t i) {
+    if constexpr (T == quant::GgmlType::kF32) {
+      return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + i);
+    }
+    const __m256i v = LoadU(reinterpret_cast<const uint16_t*>(row) + i);
     if constexpr (T == quant::GgmlType::kF16) {
       return _mm512_cvtph_ps(v);
     } else {

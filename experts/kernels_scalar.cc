@@ -33,11 +33,10 @@ void DotScalar(const uint8_t* w, int64_t w_stride, int n_wrows, int64_t k,
   for (int r = 0; r < n_wrows; ++r) {
     const uint8_t* w_row = w + r * w_stride;
     if constexpr (F::kFamily == Family::kFloat) {
-      const uint16_t* wv = reinterpret_cast<const uint16_t*>(w_row);
       for (int a = 0; a < n_act; ++a) {
         const float* y = reinterpret_cast<const float*>(act[a]);
         double acc = 0;  // the SIMD paths sum in f32 lanes; fp64 keeps the oracle order-free
-        for (int64_t i = 0; i < k; ++i) acc += static_cast<double>(FloatWeight<T>(wv[i])) * y[i];
+        for (int64_t i = 0; i < k; ++i) acc += static_cast<double>(FloatWeight<T>(w_row, i)) * y[i];
         out[a * out_stride + r] = static_cast<float>(acc);
       }
     } else {

@@ -28,7 +28,8 @@ using quant::GgmlType;
 constexpr GgmlType kFormats[] = {GgmlType::kQ4_K,   GgmlType::kQ3_K, GgmlType::kQ8_0,
                                  GgmlType::kQ6_K,   GgmlType::kQ5_K, GgmlType::kQ2_K,
                                  GgmlType::kIQ4_XS, GgmlType::kQ4_0, GgmlType::kIQ4_NL,
-                                 GgmlType::kMXFP4,  GgmlType::kF16,  GgmlType::kBF16};
+                                 GgmlType::kMXFP4,  GgmlType::kF16,  GgmlType::kBF16,
+                                 GgmlType::kF32};
 
 // Normalised error of a quantised-activation dot product against fp32 (Q8_K rounds to 1/127 of a
 // 256-block's max, Q8_0 to 1/127 of a 32-block's max). Measured worst case over these cases on
@@ -62,7 +63,7 @@ TEST_P(KernelTest, MatchesFp32ReferenceForManyRowCountsAndOddShapes) {
   const Shape shapes[] = {{1, 1, many},     {3, 7, many},        {5, 13, many},
                           {5, 40, {9, 33}}, {90, 3, {1, 9, 33}}, {20, 5, {2, 5, 8}}};
   for (const Shape& shape : shapes) {
-    // F16/BF16 have no blocks: k gets an odd tail past the vector loops.
+    // F16/BF16/F32 have no blocks: k gets an odd tail past the vector loops.
     const int64_t k = block == 1 ? shape.k_blocks * 256 + 7 : int64_t{shape.k_blocks} * block;
     const int n_wrows = shape.n_wrows;
     const uint64_t seed = static_cast<uint64_t>(type) * 1000 + shape.k_blocks;
@@ -255,7 +256,7 @@ TEST(SiluMulTest, SimdIsWithinTwoUlpOfScalar) {
 }
 
 TEST(KernelTest, UnsupportedFormatsHaveNoKernel) {
-  for (GgmlType type : {GgmlType::kF32, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1}) {
+  for (GgmlType type : {GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1}) {
     EXPECT_FALSE(SupportsFormat(type)) << quant::GetTypeInfo(type).name;
     EXPECT_EQ(GetDotKernel(Isa::kScalar, type), nullptr);
   }
