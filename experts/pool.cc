@@ -1,4 +1,5 @@
-// The expert pool (see pool.h). One layer is one "job" of numbered work items in four phases:
+// The expert pool (see pool.h). One layer's experts are one "job" of numbered work items in four
+// phases:
 //   X: quantise input row i            (n_rows items)
 //   A: gate/up rows of one ff slice of one group (≤ kMaxTileRows rows sharing an expert), write
 //      silu(g)·u into the group's intermediate rows
@@ -21,6 +22,9 @@
 // caller's thread claims items too, so a job finishes even if no worker shows up. Which thread
 // runs an item never changes a result: every item writes its own outputs and each slice's sum
 // adds the partials in job order.
+//
+// A dense product (MatMul) is a job of two of these phases: X converts each row of x, and each A
+// item computes one slice of weight rows for up to kMaxTileRows rows of x, straight into y.
 //
 // Backups. A thread descheduled while it holds an item stalls the layer until it runs again (a
 // scheduler slice, milliseconds). So in small layers (decode and verify) a thread that waits in an
@@ -148,8 +152,8 @@ absl::Status CheckTensorType(const char* what, quant::GgmlType type, int64_t col
   if (!SupportsFormat(type)) {
     return absl::UnimplementedError(absl::StrCat(
         "expert pool: ", what, " weights are ", quant::GetTypeInfo(type).name,
-        ", which has no CPU expert kernel yet (supported: q4_k q3_k q8_0 q6_k q5_k q2_k iq4_xs "
-        "q4_0 iq4_nl mxfp4 f16 bf16)"));
+        ", which has no CPU kernel yet (supported: q4_k q3_k q8_0 q6_k q5_k q2_k iq4_xs "
+        "q4_0 iq4_nl mxfp4 f16 bf16 f32)"));
   }
   const int block = quant::GetTypeInfo(type).block_elems;
   if (cols <= 0 || cols % block != 0) {
@@ -210,6 +214,23 @@ absl::StatusOr<ExpertWeights> ExpertWeights::FromTensors(const format::TensorInf
         " is ", quant::GetTypeInfo(up.type).name, "; gate and up must share a type"));
   }
   return FromBuffers(gate.type, down.type, hidden, n_ff, n_expert, gate.data, up.data, down.data);
+}
+
+absl::StatusOr<WeightMatrix> WeightMatrix::FromTensor(const format::TensorInfo& t,
+                                                      int64_t rows) {
+  TANDEM_RETURN_IF_ERROR(CheckTensorType(t.name.c_str(), t.type, t.dim(0)));
+  if (rows <= 0 || rows > t.rows() || t.data == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("expert pool: ", rows, " rows of ", t.name, " ",
+                                                   format::DimsToString(t.dims),
+                                                   " are not in memory"));
+  }
+  WeightMatrix m;
+  m.data = t.data;
+  m.type = t.type;
+  m.cols = t.dim(0);
+  m.rows = rows;
+  m.row_bytes = quant::RowBytes(t.type, m.cols);
+  return m;
 }
 
 namespace {
@@ -329,6 +350,7 @@ constexpr int kEpochSlots = 64;       // the set of epoch e is epoch_set[e % kEp
 struct ExpertPool::JobSet {
   // The job, stable while any thread is inside this set (ThreadState::in_set).
   bool noop = false;                 // RunEmpty's job: items do nothing
+  bool dense = false;                // MatMul's job (file comment)
   bool backups = false;              // phase A and B items may be run a second time
   uint32_t phase_end[kPhases] = {};  // cumulative item counts
   ExpertWeights w;
@@ -344,6 +366,11 @@ struct ExpertPool::JobSet {
   std::vector<Group> groups;
   std::vector<int32_t> slot_group;  // job slot -> its group
   std::vector<int32_t> node_group;  // per node + 1: its first group (the last entry: n_groups)
+  // MatMul: the matrix, its kernel, the output, and weight rows per phase-A item.
+  WeightMatrix matrix;
+  DotFn matrix_dot = nullptr;
+  float* y = nullptr;
+  int row_slice = 0, row_slices = 0;
 
   // Items done: of phase X (A waits for all); per group, its A then Q items (ff_slices + count
   // when ready for B); per column slice, its B items over all groups (n_groups when its sum can
@@ -716,6 +743,7 @@ void ExpertPool::RunEmpty() {
   set.lists[0].Open({{0, items}});  // the other lists are empty, which needs no write (Open)
   std::fill_n(set.phase_end, kPhases, items);  // all in phase X
   set.noop = true;
+  set.dense = false;
   Post(set);
 }
 
@@ -817,6 +845,7 @@ absl::Status ExpertPool::Run(const ExpertWeights& w, std::span<const ExpertJob> 
   const bool small = static_cast<int>(jobs.size()) <= kMaxBackedUpJobs;
   JobSet& set = TakeJobSet(small, small && backup_us_ >= 0);
   set.noop = false;
+  set.dense = false;
   set.gate_up_dot = gate_up_dot;
   set.down_dot = down_dot;
 
@@ -907,6 +936,51 @@ absl::Status ExpertPool::Run(const ExpertWeights& w, std::span<const ExpertJob> 
   return absl::OkStatus();
 }
 
+absl::Status ExpertPool::MatMul(const WeightMatrix& w, const float* x, int n_rows, float* y) {
+  if (n_rows <= 0) return absl::OkStatus();
+  const DotFn dot = GetDotKernel(isa_, w.type);
+  if (dot == nullptr) {
+    return absl::UnimplementedError(absl::StrCat("expert pool: no ", IsaName(isa_), " kernel for ",
+                                                 quant::GetTypeInfo(w.type).name, " weights"));
+  }
+  const int64_t groups = (n_rows + kMaxTileRows - 1) / kMaxTileRows;
+  // Enough items for every thread to take kItemsPerThread, each at most kMaxSlice rows.
+  const int64_t per_item =
+      std::clamp<int64_t>((w.rows * groups + int64_t{threads()} * kItemsPerThread - 1) /
+                              (int64_t{threads()} * kItemsPerThread),
+                          1, kMaxSlice);
+  const int64_t slices = (w.rows + per_item - 1) / per_item;
+  const uint64_t total = static_cast<uint64_t>(n_rows) + static_cast<uint64_t>(groups * slices);
+  if (total > kMaxItems) {
+    return absl::ResourceExhaustedError(absl::StrCat("expert pool: a product of ", total,
+                                                     " work items exceeds ", kMaxItems));
+  }
+  JobSet& set = TakeJobSet(n_rows <= kMaxKernelRows, false);
+  set.noop = false;
+  set.dense = true;
+  set.matrix = w;
+  set.matrix_dot = dot;
+  set.x = x;
+  set.y = y;
+  set.n_rows = n_rows;
+  set.row_slice = static_cast<int>(per_item);
+  set.row_slices = static_cast<int>(slices);
+  set.xq_stride = (ActivationRowBytes(w.type, w.cols) + 63) / 64 * 64;
+  set.xq.Reserve(static_cast<size_t>(n_rows) * set.xq_stride);
+  set.phase_end[0] = static_cast<uint32_t>(n_rows);
+  std::fill_n(set.phase_end + 1, kPhases - 1, static_cast<uint32_t>(total));
+  // Phase A split evenly over the nodes' lists: no weight row has a home node.
+  set.lists[0].Open({{0, set.phase_end[0]}});
+  const int n_nodes = static_cast<int>(nodes_.size());
+  const uint64_t a_items = total - n_rows;
+  for (int k = 0; k < n_nodes; ++k) {
+    set.lists[1 + k].Open({{static_cast<uint32_t>(n_rows + a_items * k / n_nodes),
+                            static_cast<uint32_t>(n_rows + a_items * (k + 1) / n_nodes)}});
+  }
+  Post(set);
+  return absl::OkStatus();
+}
+
 template <class Done>
 void ExpertPool::Await(JobSet& set, Done done, int below_phase, int thread) {
   // Until done() holds, run late items of the phases below `below_phase` (the items that this
@@ -958,6 +1032,11 @@ void ExpertPool::RunItem(JobSet& set, uint32_t item, int lane, int thread) {
   std::atomic<uint64_t>& items_done = impl_->threads[thread].items_done;
   auto count_for_join = [&items_done] { items_done.fetch_add(1, std::memory_order_release); };
   if (set.noop) {
+    count_for_join();
+    return;
+  }
+  if (set.dense) {
+    RunMatrixItem(set, item, thread);
     count_for_join();
     return;
   }
@@ -1072,6 +1151,29 @@ void ExpertPool::RunItem(JobSet& set, uint32_t item, int lane, int thread) {
     }
   }
   count_for_join();
+}
+
+void ExpertPool::RunMatrixItem(JobSet& set, uint32_t item, int thread) {
+  const WeightMatrix& w = set.matrix;
+  if (item < set.phase_end[0]) {  // X: convert row `item` of x
+    QuantizeActivations(w.type, set.x + static_cast<int64_t>(item) * w.cols, w.cols,
+                        set.xq.data() + item * set.xq_stride);
+    // Release: the A items, which acquire the count, see the converted row.
+    set.x_done.fetch_add(1, std::memory_order_release);
+    return;
+  }
+  // A: weight rows [r0, r0 + nr) for x rows [a0, a0 + na).
+  AwaitCount(set, set.x_done, static_cast<uint32_t>(set.n_rows), 1, thread);
+  const uint32_t i = item - set.phase_end[0];
+  const int64_t r0 = static_cast<int64_t>(i % set.row_slices) * set.row_slice;
+  const int nr = static_cast<int>(std::min<int64_t>(set.row_slice, w.rows - r0));
+  const int a0 = static_cast<int>(i / set.row_slices) * kMaxTileRows;
+  const int na = std::min(kMaxTileRows, set.n_rows - a0);
+  const uint8_t* act[kMaxTileRows];
+  for (int a = 0; a < na; ++a) act[a] = set.xq.data() + (a0 + a) * set.xq_stride;
+  const KernelTimer timer(impl_->threads[thread].kernel_ns);
+  set.matrix_dot(w.data + r0 * w.row_bytes, w.row_bytes, nr, w.cols, act, na,
+                 set.y + static_cast<int64_t>(a0) * w.rows + r0, w.rows);
 }
 
 }  // namespace tandem::experts

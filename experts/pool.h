@@ -1,5 +1,6 @@
 // The CPU expert pool: runs one layer's routed experts (a list of (row, expert, weight) jobs) on
-// pinned threads with quantised kernels, adding Σ weight · expert(x[row]) into out[row].
+// pinned threads with quantised kernels, adding Σ weight · expert(x[row]) into out[row]; and, on
+// the same threads, the layer's dense matrix products (MatMul).
 // Threads come from one oneTBB task_arena per NUMA node (workers pinned to that node's cores with
 // hwloc; the calling thread, which also works, keeps its own core), and each node's threads take
 // the work of the experts homed on that node first (topology.h). Workers spin for a window after
@@ -55,6 +56,20 @@ struct ExpertWeights {
                                                    int64_t n_ff, int64_t n_expert,
                                                    const uint8_t* gate, const uint8_t* up,
                                                    const uint8_t* down);
+};
+
+// One weight matrix as GGUF stores it (a 2-D tensor's first `rows` rows of `cols` elements): the
+// dense products of a layer (projections, router, output) that ExpertPool::MatMul runs.
+struct WeightMatrix {
+  const uint8_t* data = nullptr;
+  quant::GgmlType type = quant::GgmlType::kF32;
+  int64_t cols = 0;
+  int64_t rows = 0;
+  int64_t row_bytes = 0;
+
+  // Validates the type (SupportsFormat, rows of whole blocks), that `rows` fits the tensor and that
+  // its bytes are in memory.
+  static absl::StatusOr<WeightMatrix> FromTensor(const format::TensorInfo& t, int64_t rows);
 };
 
 struct ExpertJob {
@@ -120,6 +135,14 @@ class ExpertPool {
   absl::Status Run(const ExpertWeights& w, std::span<const ExpertJob> jobs, const float* x,
                    int n_rows, float* out);
 
+  // y[t][r] = Σ_i W[r][i] · x[t][i] for t < n_rows, r < w.rows: x is n_rows × w.cols, y is
+  // n_rows × w.rows (overwritten), both row-major. The same kernels as the experts: each x row is
+  // converted once, the weight rows are split over every thread, and each weight row is read once
+  // per kMaxTileRows rows of x. For the dense half of a layer, on the threads the experts use:
+  // another thread pool there would find these cores busy spinning (spin_us) between layers.
+  // Takes no backups, so nothing of it runs after it returns.
+  absl::Status MatMul(const WeightMatrix& w, const float* x, int n_rows, float* y);
+
   // Waits until no thread is still running an item of an earlier Run (a run that lost to its
   // backup). After it returns, the weights of earlier Runs may be freed.
   void WaitIdle();
@@ -144,8 +167,8 @@ class ExpertPool {
   // Items run a second time because their first run was late (PoolOptions::backup_us), since
   // Create.
   uint64_t backups() const;
-  // Nanoseconds all threads together spent in the gate/up and down kernel calls (waits for the
-  // items they read excluded), since Create: against threads × wall time, how much of a layer the
+  // Nanoseconds all threads together spent in the gate/up and down kernel calls (and MatMul's;
+  // waits for the items they read excluded), since Create: against threads × wall time, how much of a layer the
   // threads spent streaming weights. Each call's time is added before its item counts as done.
   uint64_t kernel_ns() const;
 
@@ -167,6 +190,7 @@ class ExpertPool {
   void EnsureWorkers();
   // `thread`: the pool-wide number of the thread that runs it (0: the caller).
   void RunItem(JobSet& set, uint32_t item, int lane, int thread);
+  void RunMatrixItem(JobSet& set, uint32_t item, int thread);  // MatMul's items, by RunItem
   template <class Done>
   void Await(JobSet& set, Done done, int below_phase, int thread);
   void AwaitCount(JobSet& set, const std::atomic<uint32_t>& counter, uint32_t target,

@@ -1,0 +1,152 @@
+// ExpertPool::MatMul, the dense products of the cpu backend, against fp64 over the decoded weights:
+// every format, odd shapes, 1..8, 33 and 600 rows of x (past kMaxTileRows: two row groups), thread
+// counts 1, 2 and all (bit-identical), each ISA the CPU has, outputs poisoned first; then what it
+// refuses.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <thread>
+
+#include "experts/pool.h"
+#include "tests/experts/test_util.h"
+
+namespace tandem::experts {
+namespace {
+
+using quant::GgmlType;
+
+// One quantised dot product per output, as in kernels_test (kKernelBound there, measured worst
+// 0.0136 for Q3_K): the same kernels, called on slices of rows.
+constexpr double kProductBound = 0.02;
+
+format::TensorInfo MatrixTensor(GgmlType type, int64_t cols, int64_t rows,
+                                const std::vector<uint8_t>& bytes) {
+  format::TensorInfo t;
+  t.name = "blk.0.attn_q.weight";
+  t.dims = {cols, rows};
+  t.type = type;
+  t.nbytes = bytes.size();
+  t.data = bytes.data();
+  return t;
+}
+
+class PoolMatMulTest : public ::testing::TestWithParam<GgmlType> {};
+
+TEST_P(PoolMatMulTest, MatchesFp64ReferenceAcrossRowsThreadsAndIsas) {
+  const GgmlType type = GetParam();
+  const int block = quant::GetTypeInfo(type).block_elems;
+  const int64_t cols = block == 256 ? 768 : 288, rows = 37;
+  const uint64_t seed = static_cast<uint64_t>(type) * 91;
+  const std::vector<uint8_t> bytes = RandomWeights(type, rows, cols, seed);
+  const std::vector<float> wf = DecodeRows(type, bytes.data(), cols, 0, rows);
+  auto matrix = WeightMatrix::FromTensor(MatrixTensor(type, cols, rows, bytes), rows);
+  ASSERT_TRUE(matrix.ok()) << matrix.status();
+  const int all = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  for (int n_rows : {1, 2, 3, 5, 8, 33, 600}) {
+    SCOPED_TRACE(testing::Message() << quant::GetTypeInfo(type).name << " rows " << n_rows);
+    const std::vector<float> x = RandomFloats(static_cast<size_t>(n_rows * cols), seed + n_rows);
+    std::vector<float> want(static_cast<size_t>(n_rows * rows));
+    for (int t = 0; t < n_rows; ++t) {
+      for (int64_t r = 0; r < rows; ++r) {
+        double acc = 0;
+        for (int64_t i = 0; i < cols; ++i) acc += double{wf[r * cols + i]} * x[t * cols + i];
+        want[t * rows + r] = static_cast<float>(acc);
+      }
+    }
+    for (const char* isa : {"scalar", "avx2", "avx512", "auto"}) {
+      if (!ResolveIsa(isa).ok()) continue;  // this CPU lacks it; kernels_test says which
+      std::vector<float> first;
+      for (int threads : {1, 2, all}) {
+        auto pool = ExpertPool::Create({.threads = threads, .isa = isa});
+        ASSERT_TRUE(pool.ok()) << pool.status();
+        // Twice on one pool: the second call reuses what the first left in the pool.
+        for (int pass = 0; pass < 2; ++pass) {
+          std::vector<float> y(want.size(), std::numeric_limits<float>::quiet_NaN());
+          ASSERT_TRUE((*pool)->MatMul(*matrix, x.data(), n_rows, y.data()).ok());
+          EXPECT_LT(NormalisedError(y.data(), want.data(), y.size()), kProductBound)
+              << isa << " threads " << threads;
+          if (first.empty()) {
+            first = y;
+          } else {
+            EXPECT_EQ(y, first) << "thread count or reuse changed the result: " << isa << " "
+                                << threads;
+          }
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, PoolMatMulTest,
+                         testing::Values(GgmlType::kQ4_K, GgmlType::kQ3_K, GgmlType::kQ8_0,
+                                         GgmlType::kQ6_K, GgmlType::kQ5_K, GgmlType::kQ2_K,
+                                         GgmlType::kIQ4_XS, GgmlType::kQ4_0, GgmlType::kIQ4_NL,
+                                         GgmlType::kMXFP4, GgmlType::kF16, GgmlType::kBF16,
+                                         GgmlType::kF32),
+                         [](const auto& info) {
+                           return std::string(quant::GetTypeInfo(info.param).name);
+                         });
+
+// Products and expert layers take turns on one pool (as in a forward pass): each gives what it
+// gives on a pool of its own.
+TEST(PoolMatMulTest, InterleavesWithExpertLayers) {
+  const int64_t hidden = 256, n_ff = 256;
+  const std::vector<uint8_t> gate = RandomWeights(GgmlType::kQ4_K, n_ff * 4, hidden, 1);
+  const std::vector<uint8_t> up = RandomWeights(GgmlType::kQ4_K, n_ff * 4, hidden, 2);
+  const std::vector<uint8_t> down = RandomWeights(GgmlType::kQ4_K, hidden * 4, n_ff, 3);
+  const ExpertWeights w = *ExpertWeights::FromBuffers(GgmlType::kQ4_K, GgmlType::kQ4_K, hidden,
+                                                      n_ff, 4, gate.data(), up.data(), down.data());
+  const std::vector<uint8_t> bytes = RandomWeights(GgmlType::kQ8_0, 300, hidden, 4);
+  const WeightMatrix m =
+      *WeightMatrix::FromTensor(MatrixTensor(GgmlType::kQ8_0, hidden, 300, bytes), 300);
+  const std::vector<float> x = RandomFloats(2 * hidden, 5);
+  const std::vector<ExpertJob> jobs = {{0, 1, 0.5f}, {1, 3, 0.25f}, {1, 1, 0.75f}};
+
+  auto alone = ExpertPool::Create({});
+  ASSERT_TRUE(alone.ok());
+  std::vector<float> want_y(2 * 300), want_out(2 * hidden, 0.0f);
+  ASSERT_TRUE((*alone)->MatMul(m, x.data(), 2, want_y.data()).ok());
+  auto experts_alone = ExpertPool::Create({});
+  ASSERT_TRUE(experts_alone.ok());
+  ASSERT_TRUE((*experts_alone)->Run(w, jobs, x.data(), 2, want_out.data()).ok());
+
+  auto shared = ExpertPool::Create({});
+  ASSERT_TRUE(shared.ok());
+  for (int i = 0; i < 40; ++i) {
+    std::vector<float> y(want_y.size(), std::numeric_limits<float>::quiet_NaN());
+    std::vector<float> out(want_out.size(), 0.0f);
+    ASSERT_TRUE((*shared)->MatMul(m, x.data(), 2, y.data()).ok());
+    ASSERT_TRUE((*shared)->Run(w, jobs, x.data(), 2, out.data()).ok());
+    ASSERT_EQ(y, want_y) << "round " << i;
+    ASSERT_EQ(out, want_out) << "round " << i;
+  }
+}
+
+TEST(PoolMatMulTest, RefusesWhatItCannotRun) {
+  const std::vector<uint8_t> bytes(quant::RowBytes(GgmlType::kQ4_1, 64) * 4);
+  auto q4_1 = WeightMatrix::FromTensor(MatrixTensor(GgmlType::kQ4_1, 64, 4, bytes), 4);
+  EXPECT_EQ(q4_1.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(q4_1.status().message().find("q4_1"), std::string::npos) << q4_1.status();
+  EXPECT_NE(q4_1.status().message().find("blk.0.attn_q.weight"), std::string::npos);
+
+  const std::vector<uint8_t> q8(quant::RowBytes(GgmlType::kQ8_0, 64) * 4);
+  EXPECT_FALSE(WeightMatrix::FromTensor(MatrixTensor(GgmlType::kQ8_0, 64, 4, q8), 5).ok());
+  EXPECT_FALSE(WeightMatrix::FromTensor(MatrixTensor(GgmlType::kQ8_0, 64, 4, q8), 0).ok());
+  EXPECT_FALSE(WeightMatrix::FromTensor(MatrixTensor(GgmlType::kQ8_0, 48, 4, q8), 4).ok());
+  format::TensorInfo absent = MatrixTensor(GgmlType::kQ8_0, 64, 4, q8);
+  absent.data = nullptr;
+  EXPECT_FALSE(WeightMatrix::FromTensor(absent, 4).ok());
+
+  // No rows of x: nothing to do, y untouched.
+  const WeightMatrix m = *WeightMatrix::FromTensor(MatrixTensor(GgmlType::kQ8_0, 64, 4, q8), 4);
+  auto pool = ExpertPool::Create({});
+  ASSERT_TRUE(pool.ok());
+  float y = 7.0f;
+  EXPECT_TRUE((*pool)->MatMul(m, nullptr, 0, &y).ok());
+  EXPECT_EQ(y, 7.0f);
+}
+
+}  // namespace
+}  // namespace tandem::experts
