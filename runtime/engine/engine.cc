@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "experts/pool.h"
 #include "runtime/base/status_macros.h"
+#include "runtime/reference/matmul.h"
 #if defined(TANDEM_WITH_CUDA)
 #include "megakernel/runner.h"
 #endif
@@ -46,8 +48,7 @@ namespace {
 // with the pool's message naming it).
 class PoolExpertComputer : public reference::ExpertComputer {
  public:
-  PoolExpertComputer(std::unique_ptr<experts::ExpertPool> pool, int n_layer)
-      : pool_(std::move(pool)), layers_(n_layer) {}
+  PoolExpertComputer(experts::ExpertPool* pool, int n_layer) : pool_(pool), layers_(n_layer) {}
 
   absl::Status ComputeExperts(int layer, const format::TensorInfo& gate_exps,
                               const format::TensorInfo& up_exps,
@@ -66,10 +67,52 @@ class PoolExpertComputer : public reference::ExpertComputer {
   }
 
  private:
-  std::unique_ptr<experts::ExpertPool> pool_;
+  experts::ExpertPool* pool_;
   std::vector<std::optional<experts::ExpertWeights>> layers_;
   std::vector<experts::ExpertJob> jobs_;
 };
+
+// The cpu backend's dense products on the expert pool's threads. A matrix in a format the pool has
+// no kernel for (q4_1, q5_0, q5_1) runs in the reference's fp32 MatMul instead, which Load
+// reports in the engine's notes.
+class PoolDenseComputer : public reference::DenseComputer {
+ public:
+  explicit PoolDenseComputer(experts::ExpertPool* pool) : pool_(pool) {}
+
+  absl::Status MatMul(const format::TensorInfo& w, int64_t n_rows, const float* x, int T,
+                      float* y) override {
+    if (!experts::SupportsFormat(w.type)) {
+      reference::MatMul(w, 0, n_rows, x, T, y);
+      return absl::OkStatus();
+    }
+    TANDEM_ASSIGN_OR_RETURN(const experts::WeightMatrix m,
+                            experts::WeightMatrix::FromTensor(w, n_rows));
+    return pool_->MatMul(m, x, T, y);
+  }
+
+ private:
+  experts::ExpertPool* pool_;
+};
+
+// The note for weight matrices the pool cannot run ("" when there are none): which types, and
+// how many tensors of them.
+std::string DenseFallbackNote(const model::Model& model) {
+  std::map<std::string, int> count;
+  for (const format::TensorInfo& t : model.tensors()) {
+    // Matrices only: the embedding is looked up row by row, and the expert pool refuses expert
+    // tensors it cannot run by name.
+    if (t.dims.size() == 2 && t.name != "token_embd.weight" && !experts::SupportsFormat(t.type)) {
+      ++count[quant::GetTypeInfo(t.type).name];
+    }
+  }
+  if (count.empty()) return "";
+  std::string types;
+  for (const auto& [name, n] : count) {
+    absl::StrAppend(&types, types.empty() ? "" : ", ", n, " ", name);
+  }
+  return absl::StrCat("cpu backend: no pool kernel for ", types,
+                      " tensors; their products run in the reference's fp32 path (slower)");
+}
 
 // Places every layer's experts on their home NUMA nodes (experts/topology.h) once, at load: this
 // reads the whole expert set (progress reported), so the first tokens neither fault pages in nor
@@ -174,12 +217,16 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& option
     pool_options.isa = options.cpu_isa;
     pool_options.numa = options.cpu_numa;
     pool_options.backup_us = options.cpu_backup_us;
-    TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<experts::ExpertPool> pool,
-                            experts::ExpertPool::Create(pool_options));
-    if (pool->nodes().size() > 1) {
-      BindExpertsToNodes(*engine->model_, *pool, options.progress, &engine->notes_);
+    TANDEM_ASSIGN_OR_RETURN(engine->pool_, experts::ExpertPool::Create(pool_options));
+    if (engine->pool_->nodes().size() > 1) {
+      BindExpertsToNodes(*engine->model_, *engine->pool_, options.progress, &engine->notes_);
     }
-    engine->expert_computer_ = std::make_unique<PoolExpertComputer>(std::move(pool), hp.n_layer);
+    engine->expert_computer_ =
+        std::make_unique<PoolExpertComputer>(engine->pool_.get(), hp.n_layer);
+    engine->dense_computer_ = std::make_unique<PoolDenseComputer>(engine->pool_.get());
+    if (std::string note = DenseFallbackNote(*engine->model_); !note.empty()) {
+      engine->notes_.push_back(std::move(note));
+    }
   }
 
   // Tokenizer: an explicit tokenizer.json, else the GGUF's own keys, else tokenizer.json beside an
@@ -297,6 +344,7 @@ absl::Status Session::Run(std::span<const int32_t> tokens, bool all_logits,
   reference::ForwardOptions options;
   options.all_logits = all_logits;
   options.experts = engine_->expert_computer_.get();
+  options.dense = engine_->dense_computer_.get();
   scheduler::RoutingLogWriter* log = engine_->routing_log_.get();
   scheduler::OnlinePlacement* placement = engine_->placement_.get();
   const int k = hp.n_expert_used;

@@ -1,7 +1,7 @@
 // The public engine API: load a model once (Engine), run sequences on it (Session). A session owns
 // its caches and statistics; the engine owns weights, tokenizer and the backend. Backends:
 // `reference` (the fp32 oracle of runtime/reference), `cpu` (the same forward pass with the routed
-// experts computed by the quantised CPU expert pool of experts/) and `cuda` (the layer-half
+// experts and the dense products computed by the quantised CPU expert pool of experts/) and `cuda` (the layer-half
 // megakernels of megakernel/, every weight on the card). `auto` takes cuda when this build has it
 // and a device is usable, else reference, and says so in notes(). An explicit backend that cannot
 // run fails with a clear message; nothing falls back silently to different math.
@@ -107,9 +107,11 @@ class Engine {
   std::unique_ptr<model::Model> model_;
   std::optional<text::Tokenizer> tokenizer_;
   std::unique_ptr<reference::ReferenceForward> forward_;
-  // cpu backend: routed experts through the expert pool (null for the reference backend). One
-  // session runs at a time, as with the reference backend.
+  // cpu backend: routed experts and dense products on the expert pool (null for the reference
+  // backend). One session runs at a time, as with the reference backend.
+  std::unique_ptr<experts::ExpertPool> pool_;
   std::unique_ptr<reference::ExpertComputer> expert_computer_;
+  std::unique_ptr<reference::DenseComputer> dense_computer_;
   // cuda backend: weights and the state of one sequence live on the card (one session at a time).
   std::unique_ptr<megakernel::GpuRunner, GpuRunnerDeleter> gpu_;
   std::unique_ptr<scheduler::RoutingLogWriter> routing_log_;

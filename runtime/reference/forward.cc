@@ -49,6 +49,14 @@ void Rope(float* x, int n_rot, int pos, const std::vector<float>& inv_freq) {
   }
 }
 
+// y = x · Wᵀ over the first n_rows rows of w: through options.dense when set, else in fp32.
+absl::Status Product(const ForwardOptions& options, const format::TensorInfo& w, int64_t n_rows,
+                     const float* x, int T, float* y) {
+  if (options.dense != nullptr) return options.dense->MatMul(w, n_rows, x, T, y);
+  MatMul(w, 0, n_rows, x, T, y);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ReferenceForward>> ReferenceForward::Create(
@@ -127,8 +135,9 @@ absl::StatusOr<std::unique_ptr<ReferenceForward>> ReferenceForward::Create(
   return fwd;
 }
 
-void ReferenceForward::Attention(const Layer& w, LayerState& ls, int n_past, int T, const float* x,
-                                 float* out) const {
+absl::Status ReferenceForward::Attention(const Layer& w, LayerState& ls, int n_past, int T,
+                                         const ForwardOptions& options, const float* x,
+                                         float* out) const {
   const model::HParams& hp = hp_;
   const int hd = hp.head_dim;
   const bool gated = hp.is_hybrid();  // qwen3next/qwen35moe: query rows carry a sigmoid gate
@@ -137,9 +146,9 @@ void ReferenceForward::Attention(const Layer& w, LayerState& ls, int n_past, int
   const int kv_dim = hp.n_head_kv * hd;
   std::vector<float> q(static_cast<size_t>(T) * q_rows), k(static_cast<size_t>(T) * kv_dim),
       v(static_cast<size_t>(T) * kv_dim);
-  MatMul(*w.wq, 0, q_rows, x, T, q.data());
-  MatMul(*w.wk, 0, kv_dim, x, T, k.data());
-  MatMul(*w.wv, 0, kv_dim, x, T, v.data());
+  TANDEM_RETURN_IF_ERROR(Product(options, *w.wq, q_rows, x, T, q.data()));
+  TANDEM_RETURN_IF_ERROR(Product(options, *w.wk, kv_dim, x, T, k.data()));
+  TANDEM_RETURN_IF_ERROR(Product(options, *w.wv, kv_dim, x, T, v.data()));
 
   const float* qn = F32(w.q_norm);
   const float* kn = F32(w.k_norm);
@@ -194,11 +203,12 @@ void ReferenceForward::Attention(const Layer& w, LayerState& ls, int n_past, int
       }
     }
   }
-  MatMul(*w.wo, 0, hp.n_embd, attn.data(), T, out);
+  return Product(options, *w.wo, hp.n_embd, attn.data(), T, out);
 }
 
-void ReferenceForward::DeltaNet(const Layer& w, LayerState& ls, int T, const float* x,
-                                float* out) const {
+absl::Status ReferenceForward::DeltaNet(const Layer& w, LayerState& ls, int T,
+                                        const ForwardOptions& options, const float* x,
+                                        float* out) const {
   const model::HParams& hp = hp_;
   const int n_k = hp.ssm_n_group, n_v = hp.ssm_dt_rank;
   const int dk = hp.ssm_d_state, dv = hp.head_v_dim();
@@ -210,12 +220,12 @@ void ReferenceForward::DeltaNet(const Layer& w, LayerState& ls, int T, const flo
 
   std::vector<float> qkv(static_cast<size_t>(T) * conv_dim), z(static_cast<size_t>(T) * hp.ssm_d_inner);
   std::vector<float> b(static_cast<size_t>(T) * n_v), a(static_cast<size_t>(T) * n_v);
-  MatMul(*w.ssm_qkv, 0, conv_dim, x, T, qkv.data());
-  MatMul(*w.ssm_z, 0, hp.ssm_d_inner, x, T, z.data());
+  TANDEM_RETURN_IF_ERROR(Product(options, *w.ssm_qkv, conv_dim, x, T, qkv.data()));
+  TANDEM_RETURN_IF_ERROR(Product(options, *w.ssm_z, hp.ssm_d_inner, x, T, z.data()));
   if (w.ssm_ba != nullptr) {
     // qwen3next: per key head g the rows are [b_(g,0..r-1) | a_(g,0..r-1)].
     std::vector<float> ba(static_cast<size_t>(T) * 2 * n_v);
-    MatMul(*w.ssm_ba, 0, 2 * n_v, x, T, ba.data());
+    TANDEM_RETURN_IF_ERROR(Product(options, *w.ssm_ba, 2 * n_v, x, T, ba.data()));
     for (int t = 0; t < T; ++t) {
       for (int g = 0; g < n_k; ++g) {
         for (int i = 0; i < r; ++i) {
@@ -225,8 +235,8 @@ void ReferenceForward::DeltaNet(const Layer& w, LayerState& ls, int T, const flo
       }
     }
   } else {
-    MatMul(*w.ssm_beta, 0, n_v, x, T, b.data());
-    MatMul(*w.ssm_alpha, 0, n_v, x, T, a.data());
+    TANDEM_RETURN_IF_ERROR(Product(options, *w.ssm_beta, n_v, x, T, b.data()));
+    TANDEM_RETURN_IF_ERROR(Product(options, *w.ssm_alpha, n_v, x, T, a.data()));
   }
 
   const float* conv_w = F32(w.ssm_conv);  // [conv_dim][K], tap K-1 multiplies the current token
@@ -282,7 +292,7 @@ void ReferenceForward::DeltaNet(const Layer& w, LayerState& ls, int T, const flo
       for (int vv = 0; vv < dv; ++vv) oj[vv] *= Silu(zj[vv]);
     }
   }
-  MatMul(*w.ssm_out, 0, hp.n_embd, o.data(), T, out);
+  return Product(options, *w.ssm_out, hp.n_embd, o.data(), T, out);
 }
 
 absl::Status ReferenceForward::Moe(const Layer& w, int il, int T, const float* x,
@@ -290,7 +300,7 @@ absl::Status ReferenceForward::Moe(const Layer& w, int il, int T, const float* x
   const model::HParams& hp = hp_;
   const int E = hp.n_expert, k_used = hp.n_expert_used, n_ff = hp.n_ff_exp, H = hp.n_embd;
   std::vector<float> logits(static_cast<size_t>(T) * E);
-  MatMul(*w.router, 0, E, x, T, logits.data());
+  TANDEM_RETURN_IF_ERROR(Product(options, *w.router, E, x, T, logits.data()));
 
   // expert -> (row, weight) of every token that chose it
   std::map<int, std::vector<std::pair<int, float>>> chosen;
@@ -329,9 +339,8 @@ absl::Status ReferenceForward::Moe(const Layer& w, int il, int T, const float* x
     for (const auto& [e, rows] : chosen) {
       for (const auto& [row, weight] : rows) jobs.push_back({row, e, weight});
     }
-    absl::Status s = options.experts->ComputeExperts(il, *w.gate_exps, *w.up_exps, *w.down_exps,
-                                                     jobs, x, T, out);
-    if (!s.ok()) return s;
+    TANDEM_RETURN_IF_ERROR(options.experts->ComputeExperts(il, *w.gate_exps, *w.up_exps,
+                                                           *w.down_exps, jobs, x, T, out));
     chosen.clear();
   }
   for (const auto& [e, rows] : chosen) {
@@ -356,10 +365,10 @@ absl::Status ReferenceForward::Moe(const Layer& w, int il, int T, const float* x
     g.resize(static_cast<size_t>(T) * n_sh);
     u.resize(static_cast<size_t>(T) * n_sh);
     d.resize(static_cast<size_t>(T) * H);
-    MatMul(*w.gate_shexp, 0, n_sh, x, T, g.data());
-    MatMul(*w.up_shexp, 0, n_sh, x, T, u.data());
+    TANDEM_RETURN_IF_ERROR(Product(options, *w.gate_shexp, n_sh, x, T, g.data()));
+    TANDEM_RETURN_IF_ERROR(Product(options, *w.up_shexp, n_sh, x, T, u.data()));
     for (size_t i = 0; i < g.size(); ++i) g[i] = Silu(g[i]) * u[i];
-    MatMul(*w.down_shexp, 0, H, g.data(), T, d.data());
+    TANDEM_RETURN_IF_ERROR(Product(options, *w.down_shexp, H, g.data(), T, d.data()));
     const float* gate_w = F32(w.shexp_gate_inp);
     for (int t = 0; t < T; ++t) {
       const float gate = Sigmoid(Dot(gate_w, x + static_cast<size_t>(t) * H, H));
@@ -383,9 +392,9 @@ absl::Status ReferenceForward::RunHalf(int il, bool moe, SequenceState& state, i
   if (moe) {
     TANDEM_RETURN_IF_ERROR(Moe(w, il, T, h, options, tmp));
   } else if (hp.IsRecurrentLayer(il)) {
-    DeltaNet(w, state.layers[il], T, h, tmp);
+    TANDEM_RETURN_IF_ERROR(DeltaNet(w, state.layers[il], T, options, h, tmp));
   } else {
-    Attention(w, state.layers[il], n_past, T, h, tmp);
+    TANDEM_RETURN_IF_ERROR(Attention(w, state.layers[il], n_past, T, options, h, tmp));
   }
   for (size_t i = 0; i < static_cast<size_t>(T) * H; ++i) x[i] += tmp[i];
   return absl::OkStatus();
@@ -438,8 +447,7 @@ absl::Status ReferenceForward::Forward(std::span<const int32_t> tokens, Sequence
             &h[static_cast<size_t>(t - first) * H]);
   }
   logits->resize(static_cast<size_t>(n_out) * hp.n_vocab);
-  MatMul(*output_, 0, hp.n_vocab, h.data(), n_out, logits->data());
-  return absl::OkStatus();
+  return Product(options, *output_, hp.n_vocab, h.data(), n_out, logits->data());
 }
 
 }  // namespace tandem::reference

@@ -43,12 +43,26 @@ class ExpertComputer {
                                       float* out) = 0;
 };
 
+// A faster computer of the dense products (the expert pool's threads, wired in by the engine):
+// y = x · Wᵀ over the first n_rows rows of the 2-D tensor `w`, for T rows of x (T x dims[0]) into
+// y (T x n_rows, overwritten).
+class DenseComputer {
+ public:
+  virtual ~DenseComputer() = default;
+  virtual absl::Status MatMul(const format::TensorInfo& w, int64_t n_rows, const float* x, int T,
+                              float* y) = 0;
+};
+
 struct ForwardOptions {
   // Which positions of the batch get logits: all of them, or only the last.
   bool all_logits = false;
   RoutingHook routing_hook;
-  // When set, routed experts run here instead of in fp32 (shared experts stay in fp32).
+  // When set, routed experts run here instead of in fp32.
   ExpertComputer* experts = nullptr;
+  // When set, every product with a whole weight matrix (attention and DeltaNet projections,
+  // router, shared expert, output) runs here instead of in fp32. The routed experts' fp32 path
+  // (experts unset) stays in fp32.
+  DenseComputer* dense = nullptr;
 };
 
 class ReferenceForward {
@@ -106,9 +120,10 @@ class ReferenceForward {
   ReferenceForward() = default;
   absl::Status RunHalf(int il, bool moe, SequenceState& state, int n_past, int T,
                        const ForwardOptions& options, float* x, float* h, float* tmp) const;
-  void Attention(const Layer& w, LayerState& ls, int n_past, int T, const float* x,
-                 float* out) const;
-  void DeltaNet(const Layer& w, LayerState& ls, int T, const float* x, float* out) const;
+  absl::Status Attention(const Layer& w, LayerState& ls, int n_past, int T,
+                         const ForwardOptions& options, const float* x, float* out) const;
+  absl::Status DeltaNet(const Layer& w, LayerState& ls, int T, const ForwardOptions& options,
+                        const float* x, float* out) const;
   absl::Status Moe(const Layer& w, int il, int T, const float* x, const ForwardOptions& options,
                    float* out) const;
 

@@ -45,8 +45,9 @@ void AddEngineFlags(CLI::App* cmd, engine::EngineOptions* options) {
       ->required();
   cmd->add_option("--backend", options->backend,
                   "Compute backend: auto (cuda when this build has it and a GPU is usable, else "
-                  "reference), reference (fp32 CPU oracle), cpu (reference + quantised CPU expert "
-                  "pool), cuda (layer-half megakernels, every weight on the card)")
+                  "reference), reference (fp32 CPU oracle), cpu (the same forward pass with the experts "
+                  "and every weight matrix product on the quantised CPU expert pool), cuda "
+                  "(layer-half megakernels, every weight on the card)")
       ->capture_default_str();
   cmd->add_option("--kernels", options->kernels,
                   "cuda: auto (= megakernel), megakernel (one persistent cooperative launch per "
