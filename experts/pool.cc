@@ -24,7 +24,8 @@
 // adds the partials in job order.
 //
 // A dense product (MatMul) is a job of two of these phases: X converts each row of x, and each A
-// item computes one slice of weight rows for up to kMaxTileRows rows of x, straight into y.
+// item computes one slice of weight rows for up to kMaxTileRows rows of x, straight into y. A
+// ParallelFor is a job of X items only, each one range of the caller's loop.
 //
 // Backups. A thread descheduled while it holds an item stalls the layer until it runs again (a
 // scheduler slice, milliseconds). So in small layers (decode and verify) a thread that waits in an
@@ -53,6 +54,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <initializer_list>
 #include <thread>
 #include <utility>
@@ -332,6 +334,10 @@ struct alignas(64) ThreadState {
   std::atomic<uint64_t> kernel_ns{0};  // ExpertPool::kernel_ns
 };
 
+// What a job set's items do: a layer of experts (Run), nothing (RunEmpty), a matrix product
+// (MatMul) or ranges of the caller's loop (ParallelFor).
+enum class JobKind { kExperts, kEmpty, kMatMul, kFor };
+
 // Item state bits (phases A and B): done, a backup run taken, and the lane whose outputs count.
 constexpr uint32_t kItemDone = 1, kItemBackupTaken = 2, kItemLane1 = 4;
 
@@ -349,8 +355,7 @@ constexpr int kEpochSlots = 64;       // the set of epoch e is epoch_set[e % kEp
 
 struct ExpertPool::JobSet {
   // The job, stable while any thread is inside this set (ThreadState::in_set).
-  bool noop = false;                 // RunEmpty's job: items do nothing
-  bool dense = false;                // MatMul's job (file comment)
+  JobKind kind = JobKind::kExperts;
   bool backups = false;              // phase A and B items may be run a second time
   uint32_t phase_end[kPhases] = {};  // cumulative item counts
   ExpertWeights w;
@@ -366,6 +371,9 @@ struct ExpertPool::JobSet {
   std::vector<Group> groups;
   std::vector<int32_t> slot_group;  // job slot -> its group
   std::vector<int32_t> node_group;  // per node + 1: its first group (the last entry: n_groups)
+  // ParallelFor: the body, the loop's length and indices per item.
+  const std::function<void(int64_t, int64_t)>* for_body = nullptr;
+  int64_t for_n = 0, for_grain = 0;
   // MatMul: the matrix, its kernel, the output, and weight rows per phase-A item.
   WeightMatrix matrix;
   DotFn matrix_dot = nullptr;
@@ -650,7 +658,7 @@ void ExpertPool::Participate(uint64_t epoch, int node, int thread) {
     uint32_t item;
     while (set.lists[list].Claim(&item)) {
       if (set.backups) set.items[item].stamp.store(NowNs(), std::memory_order_relaxed);
-      if (stall_workers_us_ > 0 && thread != 0 && set.backups && !set.noop &&
+      if (stall_workers_us_ > 0 && thread != 0 && set.backups && set.kind == JobKind::kExperts &&
           ((item >= set.phase_end[0] && item < set.phase_end[1]) ||
            (item >= set.phase_end[2] && item < set.phase_end[3]))) {
         // Tests: stay "descheduled" until a backup has finished the item, or for the cap.
@@ -742,8 +750,7 @@ void ExpertPool::RunEmpty() {
   const uint32_t items = static_cast<uint32_t>(threads());
   set.lists[0].Open({{0, items}});  // the other lists are empty, which needs no write (Open)
   std::fill_n(set.phase_end, kPhases, items);  // all in phase X
-  set.noop = true;
-  set.dense = false;
+  set.kind = JobKind::kEmpty;
   Post(set);
 }
 
@@ -844,8 +851,7 @@ absl::Status ExpertPool::Run(const ExpertWeights& w, std::span<const ExpertJob> 
   }
   const bool small = static_cast<int>(jobs.size()) <= kMaxBackedUpJobs;
   JobSet& set = TakeJobSet(small, small && backup_us_ >= 0);
-  set.noop = false;
-  set.dense = false;
+  set.kind = JobKind::kExperts;
   set.gate_up_dot = gate_up_dot;
   set.down_dot = down_dot;
 
@@ -956,8 +962,7 @@ absl::Status ExpertPool::MatMul(const WeightMatrix& w, const float* x, int n_row
                                                      " work items exceeds ", kMaxItems));
   }
   JobSet& set = TakeJobSet(n_rows <= kMaxKernelRows, false);
-  set.noop = false;
-  set.dense = true;
+  set.kind = JobKind::kMatMul;
   set.matrix = w;
   set.matrix_dot = dot;
   set.x = x;
@@ -979,6 +984,21 @@ absl::Status ExpertPool::MatMul(const WeightMatrix& w, const float* x, int n_row
   }
   Post(set);
   return absl::OkStatus();
+}
+
+void ExpertPool::ParallelFor(int64_t n, int64_t grain,
+                             const std::function<void(int64_t, int64_t)>& body) {
+  if (n <= 0) return;
+  grain = std::max({grain, int64_t{1}, (n + kMaxItems - 1) / kMaxItems});
+  const uint32_t items = static_cast<uint32_t>((n + grain - 1) / grain);
+  JobSet& set = TakeJobSet(true, false);
+  set.kind = JobKind::kFor;
+  set.for_body = &body;
+  set.for_n = n;
+  set.for_grain = grain;
+  set.lists[0].Open({{0, items}});             // the node lists stay empty (ClaimList::Open)
+  std::fill_n(set.phase_end, kPhases, items);  // all in phase X
+  Post(set);
 }
 
 template <class Done>
@@ -1031,14 +1051,22 @@ void ExpertPool::RunItem(JobSet& set, uint32_t item, int lane, int thread) {
   // never being shared.
   std::atomic<uint64_t>& items_done = impl_->threads[thread].items_done;
   auto count_for_join = [&items_done] { items_done.fetch_add(1, std::memory_order_release); };
-  if (set.noop) {
-    count_for_join();
-    return;
-  }
-  if (set.dense) {
-    RunMatrixItem(set, item, thread);
-    count_for_join();
-    return;
+  switch (set.kind) {
+    case JobKind::kExperts:
+      break;
+    case JobKind::kEmpty:
+      count_for_join();
+      return;
+    case JobKind::kMatMul:
+      RunMatrixItem(set, item, thread);
+      count_for_join();
+      return;
+    case JobKind::kFor: {
+      const int64_t begin = static_cast<int64_t>(item) * set.for_grain;
+      (*set.for_body)(begin, std::min(set.for_n, begin + set.for_grain));
+      count_for_join();
+      return;
+    }
   }
   const ExpertWeights& w = set.w;
   // Counts this item done for its readers and for the job. Release: a reader that acquires the

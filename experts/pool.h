@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -142,6 +143,13 @@ class ExpertPool {
   // another thread pool there would find these cores busy spinning (spin_us) between layers.
   // Takes no backups, so nothing of it runs after it returns.
   absl::Status MatMul(const WeightMatrix& w, const float* x, int n_rows, float* y);
+
+  // Calls body(begin, end) over [0, n) cut into ranges of `grain` indices, on the pool's threads
+  // (the caller's included), and returns when every range has run. For the loops of the cpu
+  // backend's dense half (attention over the cache per head, DeltaNet's per-head state update):
+  // TBB's default arena would find the pool's workers spinning on its cores between layers.
+  // Ranges run concurrently, so body must only write what its own range owns.
+  void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& body);
 
   // Waits until no thread is still running an item of an earlier Run (a run that lost to its
   // backup). After it returns, the weights of earlier Runs may be freed.

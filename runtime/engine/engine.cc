@@ -72,9 +72,9 @@ class PoolExpertComputer : public reference::ExpertComputer {
   std::vector<experts::ExpertJob> jobs_;
 };
 
-// The cpu backend's dense products on the expert pool's threads. A matrix in a format the pool has
-// no kernel for (q4_1, q5_0, q5_1) runs in the reference's fp32 MatMul instead, which Load
-// reports in the engine's notes.
+// The cpu backend's dense half on the expert pool's threads: its products and its per-head loops.
+// A matrix in a format the pool has no kernel for (q4_1, q5_0, q5_1) runs in the reference's fp32
+// MatMul instead, which Load reports in the engine's notes.
 class PoolDenseComputer : public reference::DenseComputer {
  public:
   explicit PoolDenseComputer(experts::ExpertPool* pool) : pool_(pool) {}
@@ -88,6 +88,11 @@ class PoolDenseComputer : public reference::DenseComputer {
     TANDEM_ASSIGN_OR_RETURN(const experts::WeightMatrix m,
                             experts::WeightMatrix::FromTensor(w, n_rows));
     return pool_->MatMul(m, x, T, y);
+  }
+
+  void ParallelFor(int64_t n, const std::function<void(int64_t, int64_t)>& body) override {
+    // Four ranges per thread: the ranges of these loops are alike, so more only costs claims.
+    pool_->ParallelFor(n, (n + 4 * pool_->threads() - 1) / (4 * pool_->threads()), body);
   }
 
  private:

@@ -8,6 +8,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "oneapi/tbb/blocked_range.h"
+#include "oneapi/tbb/parallel_for.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/reference/matmul.h"
 
@@ -47,6 +49,18 @@ void Rope(float* x, int n_rot, int pos, const std::vector<float>& inv_freq) {
     x[i] = a * c - b * s;
     x[i + half] = b * c + a * s;
   }
+}
+
+// body(begin, end) over ranges covering [0, n), concurrently: on options.dense's threads when set,
+// else on TBB's. Each index owns its outputs, so the split never changes a result.
+void ForEachRange(const ForwardOptions& options, int64_t n,
+                  const std::function<void(int64_t, int64_t)>& body) {
+  if (options.dense != nullptr) {
+    options.dense->ParallelFor(n, body);
+    return;
+  }
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n),
+                    [&](const tbb::blocked_range<int64_t>& r) { body(r.begin(), r.end()); });
 }
 
 // y = x · Wᵀ over the first n_rows rows of w: through options.dense when set, else in fp32.
@@ -173,11 +187,13 @@ absl::Status ReferenceForward::Attention(const Layer& w, LayerState& ls, int n_p
   const int group = hp.n_head / hp.n_head_kv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   std::vector<float> attn(static_cast<size_t>(T) * hp.n_head * hd);
-  std::vector<float> scores;
-  for (int t = 0; t < T; ++t) {
-    const int n_keys = n_past + t + 1;  // causal: keys 0..pos
-    scores.resize(n_keys);
-    for (int h = 0; h < hp.n_head; ++h) {
+  // One (row, head) pair per index: it reads the cache and writes its own head of attn.
+  ForEachRange(options, static_cast<int64_t>(T) * hp.n_head, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores;
+    for (int64_t i = begin; i < end; ++i) {
+      const int t = static_cast<int>(i / hp.n_head), h = static_cast<int>(i % hp.n_head);
+      const int n_keys = n_past + t + 1;  // causal: keys 0..pos
+      scores.resize(n_keys);
       const int g = h / group;
       const float* qh = &q[static_cast<size_t>(t) * q_rows + h * q_stride];
       float max_s = -INFINITY;
@@ -202,7 +218,7 @@ absl::Status ReferenceForward::Attention(const Layer& w, LayerState& ls, int n_p
         for (int d = 0; d < hd; ++d) o[d] *= Sigmoid(gate[d]);
       }
     }
-  }
+  });
   return Product(options, *w.wo, hp.n_embd, attn.data(), T, out);
 }
 
@@ -244,7 +260,7 @@ absl::Status ReferenceForward::DeltaNet(const Layer& w, LayerState& ls, int T,
   const float* ssm_a = F32(w.ssm_a);
   const float* norm_w = F32(w.ssm_norm);
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
-  std::vector<float> y(conv_dim), kv_mem(dv), o(static_cast<size_t>(T) * hp.ssm_d_inner);
+  std::vector<float> y(conv_dim), o(static_cast<size_t>(T) * hp.ssm_d_inner);
   for (int t = 0; t < T; ++t) {
     const float* xt = &qkv[static_cast<size_t>(t) * conv_dim];
     for (int c = 0; c < conv_dim; ++c) {
@@ -264,33 +280,37 @@ absl::Status ReferenceForward::DeltaNet(const Layer& w, LayerState& ls, int T,
       L2Norm(k + g * dk, dk);
       for (int i = 0; i < dk; ++i) q[g * dk + i] *= q_scale;
     }
-    for (int j = 0; j < n_v; ++j) {
-      const int kh = tiled ? j % n_k : j / r;
-      const float* qj = q + kh * dk;
-      const float* kj = k + kh * dk;
-      const float* vj = v + j * dv;
-      const float beta = Sigmoid(b[t * n_v + j]);
-      const float decay = std::exp(ssm_a[j] * Softplus(a[t * n_v + j] + dt_bias[j]));
-      float* S = &ls.ssm[static_cast<size_t>(j) * dk * dv];  // S[kk][vv]
-      for (int i = 0; i < dk * dv; ++i) S[i] *= decay;
-      std::fill(kv_mem.begin(), kv_mem.end(), 0.0f);
-      for (int kk = 0; kk < dk; ++kk) {
-        for (int vv = 0; vv < dv; ++vv) kv_mem[vv] += S[kk * dv + vv] * kj[kk];
-      }
-      for (int vv = 0; vv < dv; ++vv) kv_mem[vv] = (vj[vv] - kv_mem[vv]) * beta;  // delta
-      float* oj = &o[static_cast<size_t>(t) * hp.ssm_d_inner + j * dv];
-      std::fill_n(oj, dv, 0.0f);
-      for (int kk = 0; kk < dk; ++kk) {
-        for (int vv = 0; vv < dv; ++vv) {
-          S[kk * dv + vv] += kj[kk] * kv_mem[vv];
-          oj[vv] += S[kk * dv + vv] * qj[kk];
+    // One value head per index: it owns its state S and its slice of o.
+    ForEachRange(options, n_v, [&](int64_t begin, int64_t end) {
+      std::vector<float> kv_mem(dv);
+      for (int j = static_cast<int>(begin); j < end; ++j) {
+        const int kh = tiled ? j % n_k : j / r;
+        const float* qj = q + kh * dk;
+        const float* kj = k + kh * dk;
+        const float* vj = v + j * dv;
+        const float beta = Sigmoid(b[t * n_v + j]);
+        const float decay = std::exp(ssm_a[j] * Softplus(a[t * n_v + j] + dt_bias[j]));
+        float* S = &ls.ssm[static_cast<size_t>(j) * dk * dv];  // S[kk][vv]
+        for (int i = 0; i < dk * dv; ++i) S[i] *= decay;
+        std::fill(kv_mem.begin(), kv_mem.end(), 0.0f);
+        for (int kk = 0; kk < dk; ++kk) {
+          for (int vv = 0; vv < dv; ++vv) kv_mem[vv] += S[kk * dv + vv] * kj[kk];
         }
+        for (int vv = 0; vv < dv; ++vv) kv_mem[vv] = (vj[vv] - kv_mem[vv]) * beta;  // delta
+        float* oj = &o[static_cast<size_t>(t) * hp.ssm_d_inner + j * dv];
+        std::fill_n(oj, dv, 0.0f);
+        for (int kk = 0; kk < dk; ++kk) {
+          for (int vv = 0; vv < dv; ++vv) {
+            S[kk * dv + vv] += kj[kk] * kv_mem[vv];
+            oj[vv] += S[kk * dv + vv] * qj[kk];
+          }
+        }
+        // Gated RMSNorm over the head: normalise, scale by ssm_norm, multiply by silu(z).
+        RmsNorm(oj, norm_w, dv, hp.rms_eps, oj);
+        const float* zj = &z[static_cast<size_t>(t) * hp.ssm_d_inner + j * dv];
+        for (int vv = 0; vv < dv; ++vv) oj[vv] *= Silu(zj[vv]);
       }
-      // Gated RMSNorm over the head: normalise, scale by ssm_norm, multiply by silu(z).
-      RmsNorm(oj, norm_w, dv, hp.rms_eps, oj);
-      const float* zj = &z[static_cast<size_t>(t) * hp.ssm_d_inner + j * dv];
-      for (int vv = 0; vv < dv; ++vv) oj[vv] *= Silu(zj[vv]);
-    }
+    });
   }
   return Product(options, *w.ssm_out, hp.n_embd, o.data(), T, out);
 }

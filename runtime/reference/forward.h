@@ -1,8 +1,9 @@
 // The fp32 reference forward pass of qwen3moe, qwen3next and qwen35moe: the definition of correct
 // output that every fast path is diffed against. Written for clarity, not speed: weights are
-// decoded row by row from their block format, all arithmetic is fp32, rows of matrix products run
-// in parallel with oneTBB. It reads weights in llama.cpp's GGUF conventions (norms with +1 baked in,
-// ssm_a = -exp(A_log), qwen35moe value heads tiled), whatever file the model came from.
+// decoded row by row from their block format, all arithmetic is fp32, rows of matrix products and
+// the heads of attention and DeltaNet run in parallel with oneTBB. It reads weights in llama.cpp's
+// GGUF conventions (norms with +1 baked in, ssm_a = -exp(A_log), qwen35moe value heads tiled),
+// whatever file the model came from.
 #pragma once
 
 #include <cstdint>
@@ -43,14 +44,17 @@ class ExpertComputer {
                                       float* out) = 0;
 };
 
-// A faster computer of the dense products (the expert pool's threads, wired in by the engine):
-// y = x · Wᵀ over the first n_rows rows of the 2-D tensor `w`, for T rows of x (T x dims[0]) into
-// y (T x n_rows, overwritten).
+// A faster computer of the dense half (the expert pool's threads, wired in by the engine).
 class DenseComputer {
  public:
   virtual ~DenseComputer() = default;
+  // y = x · Wᵀ over the first n_rows rows of the 2-D tensor `w`, for T rows of x (T x dims[0])
+  // into y (T x n_rows, overwritten).
   virtual absl::Status MatMul(const format::TensorInfo& w, int64_t n_rows, const float* x, int T,
                               float* y) = 0;
+  // Calls body(begin, end) over ranges covering [0, n), concurrently, and returns when all have
+  // run: the per-head loops (attention over the cache, DeltaNet's state update).
+  virtual void ParallelFor(int64_t n, const std::function<void(int64_t, int64_t)>& body) = 0;
 };
 
 struct ForwardOptions {
@@ -60,8 +64,8 @@ struct ForwardOptions {
   // When set, routed experts run here instead of in fp32.
   ExpertComputer* experts = nullptr;
   // When set, every product with a whole weight matrix (attention and DeltaNet projections,
-  // router, shared expert, output) runs here instead of in fp32. The routed experts' fp32 path
-  // (experts unset) stays in fp32.
+  // router, shared expert, output) runs here instead of in fp32, and the per-head loops run on its
+  // threads (same arithmetic). The routed experts' fp32 path (experts unset) stays in fp32.
   DenseComputer* dense = nullptr;
 };
 

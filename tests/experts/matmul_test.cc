@@ -1,10 +1,12 @@
-// ExpertPool::MatMul, the dense products of the cpu backend, against fp64 over the decoded weights:
-// every format, odd shapes, 1..8, 33 and 600 rows of x (past kMaxTileRows: two row groups), thread
-// counts 1, 2 and all (bit-identical), each ISA the CPU has, outputs poisoned first; then what it
-// refuses.
+// The cpu backend's dense half on the pool. ExpertPool::MatMul against fp64 over the decoded
+// weights: every format, odd shapes, 1..8, 33 and 600 rows of x (past kMaxTileRows: two row
+// groups), thread counts 1, 2 and all (bit-identical), each ISA the CPU has, outputs poisoned
+// first; then what it refuses. ExpertPool::ParallelFor: every index once, between other jobs.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <string>
 #include <thread>
@@ -146,6 +148,39 @@ TEST(PoolMatMulTest, RefusesWhatItCannotRun) {
   float y = 7.0f;
   EXPECT_TRUE((*pool)->MatMul(m, nullptr, 0, &y).ok());
   EXPECT_EQ(y, 7.0f);
+}
+
+TEST(PoolParallelForTest, RunsEveryIndexOnceBetweenOtherJobs) {
+  const int all = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const std::vector<uint8_t> bytes = RandomWeights(GgmlType::kQ8_0, 64, 256, 9);
+  const WeightMatrix m =
+      *WeightMatrix::FromTensor(MatrixTensor(GgmlType::kQ8_0, 256, 64, bytes), 64);
+  const std::vector<float> x = RandomFloats(256, 10);
+  for (int threads : {1, 2, all}) {
+    auto pool = ExpertPool::Create({.threads = threads});
+    ASSERT_TRUE(pool.ok());
+    std::vector<float> want(64);
+    ASSERT_TRUE((*pool)->MatMul(m, x.data(), 1, want.data()).ok());
+    for (auto [n, grain] : {std::pair<int64_t, int64_t>{10007, 7}, {5, 1}, {3, 100}, {1, 0}}) {
+      std::vector<std::atomic<int>> seen(n);
+      std::atomic<int> calls{0};
+      const std::function<void(int64_t, int64_t)> body = [&](int64_t begin, int64_t end) {
+        calls.fetch_add(1);
+        EXPECT_LT(begin, end);
+        EXPECT_LE(end - begin, std::max<int64_t>(grain, 1));
+        for (int64_t i = begin; i < end; ++i) seen[i].fetch_add(1);
+      };
+      (*pool)->ParallelFor(n, grain, body);
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(seen[i].load(), 1) << "index " << i << " of " << n;
+      EXPECT_EQ(calls.load(), (n + std::max<int64_t>(grain, 1) - 1) / std::max<int64_t>(grain, 1));
+      std::vector<float> y(64, std::numeric_limits<float>::quiet_NaN());
+      ASSERT_TRUE((*pool)->MatMul(m, x.data(), 1, y.data()).ok());
+      EXPECT_EQ(y, want) << "threads " << threads;
+    }
+    int calls = 0;
+    (*pool)->ParallelFor(0, 4, [&](int64_t, int64_t) { ++calls; });
+    EXPECT_EQ(calls, 0);
+  }
 }
 
 }  // namespace
