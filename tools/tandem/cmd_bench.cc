@@ -28,6 +28,7 @@
 #include "runtime/quant/codec.h"
 #include "tools/tandem/cli_util.h"
 #include "tools/tandem/commands.h"
+#include "tools/tandem/stream_probe.h"
 
 namespace tandem::cli {
 namespace {
@@ -41,45 +42,6 @@ struct Options {
   int n_expert = 0;      // distinct experts per type, rotated; 0: BankExperts
   int backup_us = experts::kDefaultBackupMicros;
 };
-
-// Streaming read bandwidth of all pool threads over one buffer (filled once; ProbeBytes), read by
-// claims (experts::StreamReadClaimed). Passes alternate experts/stream_read.h's two readers and the
-// best pass counts.
-class StreamProbe {
- public:
-  // Filled by `threads` threads, one slice each: a 1 GiB fill by one thread takes seconds.
-  StreamProbe(int threads, size_t bytes) : threads_(threads), buf_(bytes / 8) {
-    const size_t slice = buf_.size() / threads_;
-    std::vector<std::thread> fill;
-    for (int t = 0; t < threads_; ++t) {
-      fill.emplace_back([this, t, slice] {
-        const size_t first = slice * t, end = t + 1 == threads_ ? buf_.size() : first + slice;
-        for (size_t i = first; i < end; ++i) buf_.data()[i] = i;
-      });
-    }
-    for (auto& th : fill) th.join();
-  }
-  // The best of `passes` passes (even passes prefetch, odd ones do not), GB/s.
-  double Measure(int passes) {
-    double best = 0;
-    for (int pass = 0; pass < passes; ++pass) {
-      best = std::max(best, experts::StreamReadClaimed(buf_, threads_, pass % 2 == 0).gbps);
-    }
-    return best;
-  }
-
- private:
-  int threads_;
-  experts::LineAlignedWords buf_;  // uninitialised until the threads fill it
-};
-
-// Bytes of the stream probe's buffer: four times the largest cache, at least 1 GiB, in whole
-// claims of StreamReadClaimed.
-size_t ProbeBytes() {
-  constexpr size_t kClaimBytes = experts::kStreamChunkWords * 8;
-  return static_cast<size_t>(std::max<int64_t>(int64_t{1} << 30, experts::BeyondCachesBytes())) /
-         kClaimBytes * kClaimBytes;
-}
 
 // Distinct experts of one type the bench rotates over: enough that the bank is four times the
 // largest cache, and at least 128.
@@ -224,7 +186,7 @@ int BenchExperts(const Options& o) {
   }
   std::printf("\n");
   report["numa_nodes"] = nodes;
-  const size_t probe_bytes = ProbeBytes();
+  const size_t probe_bytes = StreamProbeBytes();
   StreamProbe stream(p.threads(), probe_bytes);
   const double stream_first = stream.Measure(5);
   std::printf("stream read, %d threads, %.2f GiB buffer (largest cache %.0f MiB): %.2f GB/s\n",

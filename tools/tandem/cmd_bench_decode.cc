@@ -1,7 +1,9 @@
 // `tandem bench decode --backend cuda --json FILE`: decode speed of the CUDA backend against the
 // card's own ceiling, measured in the same run (device-to-device copy bandwidth). For each model
 // and context: B=1 greedy decode in megakernel mode and in per-op mode, and a B=4 verify step,
-// each timed over many steps after a warm-up. Not a test: it reports ratios, it asserts nothing.
+// each timed over many steps after a warm-up. `--backend cpu`: B=1 greedy decode of the cpu
+// backend against the host's streaming read bandwidth with as many threads as the pool, measured
+// right before and right after each timed run. Not a test: it reports ratios, it asserts nothing.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -13,6 +15,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "experts/topology.h"
 #include "nlohmann/json.hpp"
 #include "runtime/base/stats.h"
 #include "runtime/base/status_macros.h"
@@ -20,6 +23,7 @@
 #include "runtime/model/validate.h"
 #include "tools/tandem/cli_util.h"
 #include "tools/tandem/commands.h"
+#include "tools/tandem/stream_probe.h"
 #if defined(TANDEM_WITH_CUDA)
 #include "megakernel/ceilings.h"
 #include "runtime/quant/ggml_type.h"
@@ -31,10 +35,119 @@ namespace {
 
 struct Options {
   std::vector<std::string> models{"synth:qwen3-30b-a3b", "synth:flash-next-125b"};
-  std::string contexts = "512,16384";
+  std::string contexts;  // "" : kDefaultContexts of the backend
   int steps = 64;
   std::string json;
 };
+
+// cuda: a short and a long context. cpu: the short one only, because filling a context runs the
+// reference's single-threaded attention loop over every earlier position (16k would take hours).
+constexpr const char* kDefaultContextsCuda = "512,16384";
+constexpr const char* kDefaultContextsCpu = "512";
+
+std::string UtcNow() {
+  const std::time_t now = std::time(nullptr);
+  char date[32];
+  std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  return date;
+}
+
+int Fail(absl::string_view what, const absl::Status& status) {
+  std::fprintf(stderr, "tandem bench decode: %s: %s\n", std::string(what).c_str(),
+               std::string(status.message()).c_str());
+  return 1;
+}
+
+// The cpu backend (see the file comment). Steps advance the sequence (a CPU session has no
+// rollback), so "context C" times the steps at positions C .. C + steps + 2.
+int BenchDecodeCpu(const Options& o, const engine::EngineOptions& base,
+                   const std::vector<int>& contexts) {
+  const int threads = base.threads > 0 ? base.threads : CPU_COUNT(&experts::StartCpus());
+  const size_t probe_bytes = StreamProbeBytes();
+  StreamProbe stream(threads, probe_bytes);
+  const double stream_first = stream.Measure(5);
+  std::printf(
+      "stream read, %d threads, %.2f GiB buffer: %.2f GB/s (measured again around every "
+      "timed run)\n",
+      threads, probe_bytes / 1073741824.0, stream_first);
+  nlohmann::json report, runs = nlohmann::json::array(), summary;
+  report["date"] = UtcNow();
+  report["backend"] = "cpu";
+  report["threads"] = threads;
+  report["steps"] = o.steps;
+  report["stream_gbps_first"] = stream_first;
+  std::vector<double> streams;
+  for (const std::string& model : o.models) {
+    engine::EngineOptions eo = base;
+    eo.model = model;
+    eo.backend = "cpu";
+    eo.n_ctx = *std::max_element(contexts.begin(), contexts.end()) + o.steps + 8;
+    std::printf("loading %s ...\n", model.c_str());
+    auto engine = engine::Engine::Load(eo);
+    if (!engine.ok()) return Fail(model, engine.status());
+    const model::HParams& hp = (*engine)->hparams();
+    const absl::StatusOr<uint64_t> wbytes =
+        model::StepWeightBytes(hp, (*engine)->model().tensors(), 1, {});
+    if (!wbytes.ok()) return Fail(model, wbytes.status());
+    std::unique_ptr<engine::Session> session = (*engine)->NewSession();
+    std::mt19937 rng(1);
+    std::vector<float> logits;
+    for (int ctx : contexts) {
+      // Fill the context as a long prompt would, 512 tokens per forward pass.
+      std::vector<int32_t> chunk;
+      while (session->n_past() < ctx) {
+        chunk.resize(std::min(512, ctx - session->n_past()));
+        for (int32_t& t : chunk) t = static_cast<int32_t>(rng() % hp.n_vocab);
+        if (auto s = session->Prefill(chunk, false, &logits); !s.ok()) return Fail(model, s);
+      }
+      const double stream_before = stream.Measure(3);
+      int32_t token = static_cast<int32_t>(rng() % hp.n_vocab);
+      std::vector<double> times;
+      for (int i = 0; i < o.steps + 3; ++i) {
+        const auto t0 = Clock::now();
+        absl::StatusOr<int32_t> next = session->DecodeGreedy(token);
+        if (!next.ok()) return Fail(model, next.status());
+        if (i >= 3) times.push_back(Seconds(Clock::now() - t0));  // 3 warm-up steps
+        token = *next;
+      }
+      const double stream_after = stream.Measure(3);
+      const double gbps = (stream_before + stream_after) / 2;
+      streams.push_back(gbps);
+      const double t1 = Median(std::move(times));
+      nlohmann::json run;
+      run["model"] = model;
+      run["context"] = ctx;
+      run["weight_bytes_per_token"] = *wbytes;
+      run["ms_per_token"] = t1 * 1e3;
+      run["tok_s"] = 1.0 / t1;
+      run["stream_gbps"] = gbps;
+      run["bandwidth_ratio"] = static_cast<double>(*wbytes) / t1 / (gbps * 1e9);
+      std::printf(
+          "%-28s ctx %6d: %8.2f tok/s  %.2f ms/token  %.3f of stream (%.1f GB/s: %.1f "
+          "before, %.1f after)  %.2f GB/token\n",
+          model.c_str(), ctx, 1.0 / t1, t1 * 1e3, run["bandwidth_ratio"].get<double>(), gbps,
+          stream_before, stream_after, *wbytes / 1e9);
+      runs.push_back(run);
+      if (ctx == contexts.front()) {
+        summary["bandwidth_ratio"][model] = run["bandwidth_ratio"];
+        summary["tok_s"][model] = run["tok_s"];
+      }
+    }
+  }
+  summary["stream_gbps"] = Median(streams);
+  report["runs"] = runs;
+  report["summary"] = summary;
+  std::printf("summary: %s\n", summary.dump().c_str());
+  if (!o.json.empty()) {
+    std::ofstream out(o.json);
+    out << report.dump(2) << "\n";
+    if (!out) {
+      std::fprintf(stderr, "tandem bench decode: cannot write %s\n", o.json.c_str());
+      return 1;
+    }
+  }
+  return 0;
+}
 
 #if defined(TANDEM_WITH_CUDA)
 // Weight bytes of one 4-row verify step at position `pos` (model::StepWeightBytes over the experts
@@ -128,16 +241,8 @@ absl::Status PhaseTimeline(megakernel::GpuRunner& gpu, const model::HParams& hp,
   return absl::OkStatus();
 }
 
-int BenchDecode(const Options& o, const engine::EngineOptions& base) {
-  std::vector<int> contexts;
-  for (absl::string_view part : absl::StrSplit(o.contexts, ',')) {
-    int c = 0;
-    if (!absl::SimpleAtoi(part, &c) || c < 1) {
-      std::fprintf(stderr, "tandem bench decode: bad --contexts entry '%s'\n", std::string(part).c_str());
-      return 2;
-    }
-    contexts.push_back(c);
-  }
+int BenchDecode(const Options& o, const engine::EngineOptions& base,
+                const std::vector<int>& contexts) {
   double hbm = 0;
   if (cudaError_t e = megakernel::MeasureHbmCopyGbps(uint64_t{2} << 30, 20, &hbm); e != cudaSuccess) {
     std::fprintf(stderr, "tandem bench decode: copy bandwidth: %s\n", cudaGetErrorString(e));
@@ -154,10 +259,8 @@ int BenchDecode(const Options& o, const engine::EngineOptions& base) {
   nlohmann::json report, runs = nlohmann::json::array(), summary;
   cudaDeviceProp prop;
   cudaGetDeviceProperties(&prop, 0);
-  const std::time_t now = std::time(nullptr);
-  char date[32];
-  std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-  report["date"] = date;
+  report["date"] = UtcNow();
+  report["backend"] = "cuda";
   report["device"] = prop.name;
   report["steps"] = o.steps;
   summary["hbm_copy_gbps"] = hbm;
@@ -298,7 +401,7 @@ int BenchDecode(const Options& o, const engine::EngineOptions& base) {
   return 0;
 }
 #else
-int BenchDecode(const Options&, const engine::EngineOptions&) {
+int BenchDecode(const Options&, const engine::EngineOptions&, const std::vector<int>&) {
   std::fprintf(stderr, "tandem bench decode: %s\n", engine::CudaBackendUnavailableReason().c_str());
   return 1;
 }
@@ -311,20 +414,45 @@ void RegisterBenchDecode(CLI::App& app, int* exit_code) {
   auto options = std::make_shared<Options>();
   auto engine_options = std::make_shared<engine::EngineOptions>();
   CLI::App* dec = bench->add_subcommand(
-      "decode", "CUDA decode: tok/s and fraction of measured HBM bandwidth, megakernel vs per-op, "
-                "verify B=4 vs B=1 (not a test)");
+      "decode",
+      "Decode speed against the machine's measured ceiling (not a test). cuda: tok/s and fraction "
+      "of HBM copy bandwidth, megakernel vs per-op, verify B=4 vs B=1. cpu: tok/s and fraction of "
+      "the host's streaming read bandwidth");
   dec->add_option("-m,--model", options->models, "Models to time (repeatable)")->capture_default_str();
-  dec->add_option("--contexts", options->contexts, "Comma-separated context lengths to decode at")
-      ->capture_default_str();
+  dec->add_option("--contexts", options->contexts,
+                  "Comma-separated context lengths to decode at (default: 512,16384 for cuda, "
+                  "512 for cpu, whose context fill runs the reference's attention loop)");
   dec->add_option("--steps", options->steps, "Timed steps per case (median reported)")
       ->capture_default_str()
       ->check(CLI::Range(1, 100000));
-  dec->add_option("--backend", engine_options->backend, "Only cuda is benchmarked here")
-      ->check(CLI::IsMember({"cuda"}));
+  engine_options->backend = "cuda";
+  dec->add_option("--backend", engine_options->backend, "cuda or cpu")
+      ->check(CLI::IsMember({"cuda", "cpu"}))
+      ->capture_default_str();
+  dec->add_option("--threads", engine_options->threads,
+                  "cpu: pool threads (0: one per CPU the process may run on, e.g. under taskset)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   dec->add_option("--json", options->json, "Write the report here");
   dec->callback([options, engine_options, exit_code] {
     engine_options->progress = nullptr;
-    *exit_code = BenchDecode(*options, *engine_options);
+    const bool cpu = engine_options->backend == "cpu";
+    const std::string list = !options->contexts.empty() ? options->contexts
+                             : cpu                      ? kDefaultContextsCpu
+                                                        : kDefaultContextsCuda;
+    std::vector<int> contexts;
+    for (absl::string_view part : absl::StrSplit(list, ',')) {
+      int c = 0;
+      if (!absl::SimpleAtoi(part, &c) || c < 1) {
+        std::fprintf(stderr, "tandem bench decode: bad --contexts entry '%s'\n",
+                     std::string(part).c_str());
+        *exit_code = 2;
+        return;
+      }
+      contexts.push_back(c);
+    }
+    *exit_code = cpu ? BenchDecodeCpu(*options, *engine_options, contexts)
+                     : BenchDecode(*options, *engine_options, contexts);
   });
 }
 
