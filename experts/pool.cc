@@ -374,11 +374,12 @@ struct ExpertPool::JobSet {
   // ParallelFor: the body, the loop's length and indices per item.
   const std::function<void(int64_t, int64_t)>* for_body = nullptr;
   int64_t for_n = 0, for_grain = 0;
-  // MatMul: the matrix, its kernel, the output, and weight rows per phase-A item.
-  WeightMatrix matrix;
-  DotFn matrix_dot = nullptr;
-  float* y = nullptr;
-  int row_slice = 0, row_slices = 0;
+  // MatMul: the products, their kernels, each one's first phase-A item within a group of x rows
+  // (the last entry: the group's items), and weight rows per phase-A item.
+  std::vector<MatrixProduct> products;
+  std::vector<DotFn> product_dots;
+  std::vector<uint32_t> product_items;
+  int row_slice = 0;
 
   // Items done: of phase X (A waits for all); per group, its A then Q items (ff_slices + count
   // when ready for B); per column slice, its B items over all groups (n_groups when its sum can
@@ -942,35 +943,54 @@ absl::Status ExpertPool::Run(const ExpertWeights& w, std::span<const ExpertJob> 
   return absl::OkStatus();
 }
 
-absl::Status ExpertPool::MatMul(const WeightMatrix& w, const float* x, int n_rows, float* y) {
-  if (n_rows <= 0) return absl::OkStatus();
-  const DotFn dot = GetDotKernel(isa_, w.type);
-  if (dot == nullptr) {
-    return absl::UnimplementedError(absl::StrCat("expert pool: no ", IsaName(isa_), " kernel for ",
-                                                 quant::GetTypeInfo(w.type).name, " weights"));
+absl::Status ExpertPool::MatMul(std::span<const MatrixProduct> products, const float* x,
+                                int n_rows) {
+  if (n_rows <= 0 || products.empty()) return absl::OkStatus();
+  const WeightMatrix& first = products.front().w;
+  int64_t all_rows = 0;
+  for (const MatrixProduct& p : products) {
+    if (p.w.cols != first.cols || ActivationType(p.w.type) != ActivationType(first.type)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("expert pool: one MatMul's matrices must share their input: ", first.cols,
+                       " columns of ", quant::GetTypeInfo(first.type).name, " against ", p.w.cols,
+                       " of ", quant::GetTypeInfo(p.w.type).name));
+    }
+    if (GetDotKernel(isa_, p.w.type) == nullptr) {
+      return absl::UnimplementedError(absl::StrCat("expert pool: no ", IsaName(isa_),
+                                                   " kernel for ",
+                                                   quant::GetTypeInfo(p.w.type).name, " weights"));
+    }
+    all_rows += p.w.rows;
   }
   const int64_t groups = (n_rows + kMaxTileRows - 1) / kMaxTileRows;
-  // Enough items for every thread to take kItemsPerThread, each at most kMaxSlice rows.
+  // Enough items for every thread to take kItemsPerThread, each at most kMaxSlice rows of one
+  // matrix.
   const int64_t per_item =
-      std::clamp<int64_t>((w.rows * groups + int64_t{threads()} * kItemsPerThread - 1) /
+      std::clamp<int64_t>((all_rows * groups + int64_t{threads()} * kItemsPerThread - 1) /
                               (int64_t{threads()} * kItemsPerThread),
                           1, kMaxSlice);
-  const int64_t slices = (w.rows + per_item - 1) / per_item;
-  const uint64_t total = static_cast<uint64_t>(n_rows) + static_cast<uint64_t>(groups * slices);
+  int64_t group_items = 0;
+  for (const MatrixProduct& p : products) group_items += (p.w.rows + per_item - 1) / per_item;
+  const uint64_t total =
+      static_cast<uint64_t>(n_rows) + static_cast<uint64_t>(groups * group_items);
   if (total > kMaxItems) {
     return absl::ResourceExhaustedError(absl::StrCat("expert pool: a product of ", total,
                                                      " work items exceeds ", kMaxItems));
   }
   JobSet& set = TakeJobSet(n_rows <= kMaxKernelRows, false);
   set.kind = JobKind::kMatMul;
-  set.matrix = w;
-  set.matrix_dot = dot;
+  set.products.assign(products.begin(), products.end());
+  set.product_dots.clear();
+  set.product_items.assign(1, 0);
+  for (const MatrixProduct& p : products) {
+    set.product_dots.push_back(GetDotKernel(isa_, p.w.type));
+    set.product_items.push_back(set.product_items.back() +
+                                static_cast<uint32_t>((p.w.rows + per_item - 1) / per_item));
+  }
   set.x = x;
-  set.y = y;
   set.n_rows = n_rows;
   set.row_slice = static_cast<int>(per_item);
-  set.row_slices = static_cast<int>(slices);
-  set.xq_stride = (ActivationRowBytes(w.type, w.cols) + 63) / 64 * 64;
+  set.xq_stride = (ActivationRowBytes(first.type, first.cols) + 63) / 64 * 64;
   set.xq.Reserve(static_cast<size_t>(n_rows) * set.xq_stride);
   set.phase_end[0] = static_cast<uint32_t>(n_rows);
   std::fill_n(set.phase_end + 1, kPhases - 1, static_cast<uint32_t>(total));
@@ -1182,26 +1202,31 @@ void ExpertPool::RunItem(JobSet& set, uint32_t item, int lane, int thread) {
 }
 
 void ExpertPool::RunMatrixItem(JobSet& set, uint32_t item, int thread) {
-  const WeightMatrix& w = set.matrix;
+  const WeightMatrix& first = set.products.front().w;
   if (item < set.phase_end[0]) {  // X: convert row `item` of x
-    QuantizeActivations(w.type, set.x + static_cast<int64_t>(item) * w.cols, w.cols,
+    QuantizeActivations(first.type, set.x + static_cast<int64_t>(item) * first.cols, first.cols,
                         set.xq.data() + item * set.xq_stride);
     // Release: the A items, which acquire the count, see the converted row.
     set.x_done.fetch_add(1, std::memory_order_release);
     return;
   }
-  // A: weight rows [r0, r0 + nr) for x rows [a0, a0 + na).
+  // A: rows [r0, r0 + nr) of product p's matrix for x rows [a0, a0 + na).
   AwaitCount(set, set.x_done, static_cast<uint32_t>(set.n_rows), 1, thread);
   const uint32_t i = item - set.phase_end[0];
-  const int64_t r0 = static_cast<int64_t>(i % set.row_slices) * set.row_slice;
+  const uint32_t group_items = set.product_items.back();
+  const uint32_t k = i % group_items;
+  size_t p = 0;
+  while (k >= set.product_items[p + 1]) ++p;
+  const WeightMatrix& w = set.products[p].w;
+  const int64_t r0 = static_cast<int64_t>(k - set.product_items[p]) * set.row_slice;
   const int nr = static_cast<int>(std::min<int64_t>(set.row_slice, w.rows - r0));
-  const int a0 = static_cast<int>(i / set.row_slices) * kMaxTileRows;
+  const int a0 = static_cast<int>(i / group_items) * kMaxTileRows;
   const int na = std::min(kMaxTileRows, set.n_rows - a0);
   const uint8_t* act[kMaxTileRows];
   for (int a = 0; a < na; ++a) act[a] = set.xq.data() + (a0 + a) * set.xq_stride;
   const KernelTimer timer(impl_->threads[thread].kernel_ns);
-  set.matrix_dot(w.data + r0 * w.row_bytes, w.row_bytes, nr, w.cols, act, na,
-                 set.y + static_cast<int64_t>(a0) * w.rows + r0, w.rows);
+  set.product_dots[p](w.data + r0 * w.row_bytes, w.row_bytes, nr, w.cols, act, na,
+                      set.products[p].y + static_cast<int64_t>(a0) * w.rows + r0, w.rows);
 }
 
 }  // namespace tandem::experts

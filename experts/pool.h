@@ -73,6 +73,12 @@ struct WeightMatrix {
   static absl::StatusOr<WeightMatrix> FromTensor(const format::TensorInfo& t, int64_t rows);
 };
 
+// One product of ExpertPool::MatMul: y (n_rows × w.rows, row-major, overwritten) = x · Wᵀ.
+struct MatrixProduct {
+  WeightMatrix w;
+  float* y = nullptr;
+};
+
 struct ExpertJob {
   int32_t row = 0;
   int32_t expert = 0;
@@ -136,13 +142,15 @@ class ExpertPool {
   absl::Status Run(const ExpertWeights& w, std::span<const ExpertJob> jobs, const float* x,
                    int n_rows, float* out);
 
-  // y[t][r] = Σ_i W[r][i] · x[t][i] for t < n_rows, r < w.rows: x is n_rows × w.cols, y is
-  // n_rows × w.rows (overwritten), both row-major. The same kernels as the experts: each x row is
-  // converted once, the weight rows are split over every thread, and each weight row is read once
-  // per kMaxTileRows rows of x. For the dense half of a layer, on the threads the experts use:
-  // another thread pool there would find these cores busy spinning (spin_us) between layers.
-  // Takes no backups, so nothing of it runs after it returns.
-  absl::Status MatMul(const WeightMatrix& w, const float* x, int n_rows, float* y);
+  // For each product, y[t][r] = Σ_i W[r][i] · x[t][i] for t < n_rows, r < w.rows, with x
+  // n_rows × cols (row-major) shared by all: their matrices must have the same cols and activation
+  // type (e.g. a layer's q, k and v projections), so each x row is converted once for all of them.
+  // The same kernels as the experts; the weight rows of all products are split over every thread
+  // in one job, and each weight row is read once per kMaxTileRows rows of x. For the dense half of
+  // a layer, on the threads the experts use: another thread pool there would find these cores
+  // busy spinning (spin_us) between layers. Takes no backups, so nothing of it runs after it
+  // returns.
+  absl::Status MatMul(std::span<const MatrixProduct> products, const float* x, int n_rows);
 
   // Calls body(begin, end) over [0, n) cut into ranges of `grain` indices, on the pool's threads
   // (the caller's included), and returns when every range has run. For the loops of the cpu

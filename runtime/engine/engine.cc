@@ -79,15 +79,32 @@ class PoolDenseComputer : public reference::DenseComputer {
  public:
   explicit PoolDenseComputer(experts::ExpertPool* pool) : pool_(pool) {}
 
-  absl::Status MatMul(const format::TensorInfo& w, int64_t n_rows, const float* x, int T,
-                      float* y) override {
-    if (!experts::SupportsFormat(w.type)) {
-      reference::MatMul(w, 0, n_rows, x, T, y);
-      return absl::OkStatus();
+  absl::Status MatMul(std::span<const reference::DenseProduct> products, const float* x,
+                      int T) override {
+    // One pool job per activation format among the products (one for a layer's q, k and v).
+    done_.assign(products.size(), false);
+    for (size_t i = 0; i < products.size(); ++i) {
+      if (done_[i]) continue;
+      const format::TensorInfo& w = *products[i].w;
+      if (!experts::SupportsFormat(w.type)) {
+        reference::MatMul(w, 0, products[i].n_rows, x, T, products[i].y);
+        continue;
+      }
+      job_.clear();
+      for (size_t j = i; j < products.size(); ++j) {
+        const format::TensorInfo& wj = *products[j].w;
+        if (done_[j] || !experts::SupportsFormat(wj.type) ||
+            experts::ActivationType(wj.type) != experts::ActivationType(w.type)) {
+          continue;
+        }
+        TANDEM_ASSIGN_OR_RETURN(const experts::WeightMatrix m,
+                                experts::WeightMatrix::FromTensor(wj, products[j].n_rows));
+        job_.push_back({m, products[j].y});
+        done_[j] = true;
+      }
+      TANDEM_RETURN_IF_ERROR(pool_->MatMul(job_, x, T));
     }
-    TANDEM_ASSIGN_OR_RETURN(const experts::WeightMatrix m,
-                            experts::WeightMatrix::FromTensor(w, n_rows));
-    return pool_->MatMul(m, x, T, y);
+    return absl::OkStatus();
   }
 
   void ParallelFor(int64_t n, const std::function<void(int64_t, int64_t)>& body) override {
@@ -97,6 +114,8 @@ class PoolDenseComputer : public reference::DenseComputer {
 
  private:
   experts::ExpertPool* pool_;
+  std::vector<bool> done_;                   // per product of the current call
+  std::vector<experts::MatrixProduct> job_;  // the products of one pool job
 };
 
 // The note for weight matrices the pool cannot run ("" when there are none): which types, and

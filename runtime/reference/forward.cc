@@ -63,12 +63,19 @@ void ForEachRange(const ForwardOptions& options, int64_t n,
                     [&](const tbb::blocked_range<int64_t>& r) { body(r.begin(), r.end()); });
 }
 
-// y = x · Wᵀ over the first n_rows rows of w: through options.dense when set, else in fp32.
+// Products of one x (DenseProduct): through options.dense when set, else in fp32.
+absl::Status Products(const ForwardOptions& options, std::span<const DenseProduct> products,
+                      const float* x, int T) {
+  if (options.dense != nullptr) return options.dense->MatMul(products, x, T);
+  for (const DenseProduct& p : products) MatMul(*p.w, 0, p.n_rows, x, T, p.y);
+  return absl::OkStatus();
+}
+
+// y = x · Wᵀ over the first n_rows rows of w.
 absl::Status Product(const ForwardOptions& options, const format::TensorInfo& w, int64_t n_rows,
                      const float* x, int T, float* y) {
-  if (options.dense != nullptr) return options.dense->MatMul(w, n_rows, x, T, y);
-  MatMul(w, 0, n_rows, x, T, y);
-  return absl::OkStatus();
+  const DenseProduct product[] = {{&w, n_rows, y}};
+  return Products(options, product, x, T);
 }
 
 }  // namespace
@@ -160,9 +167,9 @@ absl::Status ReferenceForward::Attention(const Layer& w, LayerState& ls, int n_p
   const int kv_dim = hp.n_head_kv * hd;
   std::vector<float> q(static_cast<size_t>(T) * q_rows), k(static_cast<size_t>(T) * kv_dim),
       v(static_cast<size_t>(T) * kv_dim);
-  TANDEM_RETURN_IF_ERROR(Product(options, *w.wq, q_rows, x, T, q.data()));
-  TANDEM_RETURN_IF_ERROR(Product(options, *w.wk, kv_dim, x, T, k.data()));
-  TANDEM_RETURN_IF_ERROR(Product(options, *w.wv, kv_dim, x, T, v.data()));
+  const DenseProduct qkv[] = {
+      {w.wq, q_rows, q.data()}, {w.wk, kv_dim, k.data()}, {w.wv, kv_dim, v.data()}};
+  TANDEM_RETURN_IF_ERROR(Products(options, qkv, x, T));
 
   const float* qn = F32(w.q_norm);
   const float* kn = F32(w.k_norm);
@@ -236,12 +243,13 @@ absl::Status ReferenceForward::DeltaNet(const Layer& w, LayerState& ls, int T,
 
   std::vector<float> qkv(static_cast<size_t>(T) * conv_dim), z(static_cast<size_t>(T) * hp.ssm_d_inner);
   std::vector<float> b(static_cast<size_t>(T) * n_v), a(static_cast<size_t>(T) * n_v);
-  TANDEM_RETURN_IF_ERROR(Product(options, *w.ssm_qkv, conv_dim, x, T, qkv.data()));
-  TANDEM_RETURN_IF_ERROR(Product(options, *w.ssm_z, hp.ssm_d_inner, x, T, z.data()));
   if (w.ssm_ba != nullptr) {
     // qwen3next: per key head g the rows are [b_(g,0..r-1) | a_(g,0..r-1)].
     std::vector<float> ba(static_cast<size_t>(T) * 2 * n_v);
-    TANDEM_RETURN_IF_ERROR(Product(options, *w.ssm_ba, 2 * n_v, x, T, ba.data()));
+    const DenseProduct in[] = {{w.ssm_qkv, conv_dim, qkv.data()},
+                               {w.ssm_z, hp.ssm_d_inner, z.data()},
+                               {w.ssm_ba, 2 * n_v, ba.data()}};
+    TANDEM_RETURN_IF_ERROR(Products(options, in, x, T));
     for (int t = 0; t < T; ++t) {
       for (int g = 0; g < n_k; ++g) {
         for (int i = 0; i < r; ++i) {
@@ -251,8 +259,11 @@ absl::Status ReferenceForward::DeltaNet(const Layer& w, LayerState& ls, int T,
       }
     }
   } else {
-    TANDEM_RETURN_IF_ERROR(Product(options, *w.ssm_beta, n_v, x, T, b.data()));
-    TANDEM_RETURN_IF_ERROR(Product(options, *w.ssm_alpha, n_v, x, T, a.data()));
+    const DenseProduct in[] = {{w.ssm_qkv, conv_dim, qkv.data()},
+                               {w.ssm_z, hp.ssm_d_inner, z.data()},
+                               {w.ssm_beta, n_v, b.data()},
+                               {w.ssm_alpha, n_v, a.data()}};
+    TANDEM_RETURN_IF_ERROR(Products(options, in, x, T));
   }
 
   const float* conv_w = F32(w.ssm_conv);  // [conv_dim][K], tap K-1 multiplies the current token
@@ -385,8 +396,8 @@ absl::Status ReferenceForward::Moe(const Layer& w, int il, int T, const float* x
     g.resize(static_cast<size_t>(T) * n_sh);
     u.resize(static_cast<size_t>(T) * n_sh);
     d.resize(static_cast<size_t>(T) * H);
-    TANDEM_RETURN_IF_ERROR(Product(options, *w.gate_shexp, n_sh, x, T, g.data()));
-    TANDEM_RETURN_IF_ERROR(Product(options, *w.up_shexp, n_sh, x, T, u.data()));
+    const DenseProduct gate_up[] = {{w.gate_shexp, n_sh, g.data()}, {w.up_shexp, n_sh, u.data()}};
+    TANDEM_RETURN_IF_ERROR(Products(options, gate_up, x, T));
     for (size_t i = 0; i < g.size(); ++i) g[i] = Silu(g[i]) * u[i];
     TANDEM_RETURN_IF_ERROR(Product(options, *w.down_shexp, H, g.data(), T, d.data()));
     const float* gate_w = F32(w.shexp_gate_inp);

@@ -44,14 +44,21 @@ class ExpertComputer {
                                       float* out) = 0;
 };
 
+// One product of DenseComputer::MatMul: y = x · Wᵀ over the first n_rows rows of the 2-D tensor
+// w, for T rows of x, into y (T x n_rows, overwritten).
+struct DenseProduct {
+  const format::TensorInfo* w = nullptr;
+  int64_t n_rows = 0;
+  float* y = nullptr;
+};
+
 // A faster computer of the dense half (the expert pool's threads, wired in by the engine).
 class DenseComputer {
  public:
   virtual ~DenseComputer() = default;
-  // y = x · Wᵀ over the first n_rows rows of the 2-D tensor `w`, for T rows of x (T x dims[0])
-  // into y (T x n_rows, overwritten).
-  virtual absl::Status MatMul(const format::TensorInfo& w, int64_t n_rows, const float* x, int T,
-                              float* y) = 0;
+  // The products of one x (T x dims[0], every w of the same dims[0]), which it may run together
+  // (a layer's q, k and v projections).
+  virtual absl::Status MatMul(std::span<const DenseProduct> products, const float* x, int T) = 0;
   // Calls body(begin, end) over ranges covering [0, n), concurrently, and returns when all have
   // run: the per-head loops (attention over the cache, DeltaNet's state update).
   virtual void ParallelFor(int64_t n, const std::function<void(int64_t, int64_t)>& body) = 0;

@@ -34,6 +34,12 @@ format::TensorInfo MatrixTensor(GgmlType type, int64_t cols, int64_t rows,
   return t;
 }
 
+absl::Status MatMulOne(ExpertPool& pool, const WeightMatrix& w, const float* x, int n_rows,
+                       float* y) {
+  const MatrixProduct product[] = {{w, y}};
+  return pool.MatMul(product, x, n_rows);
+}
+
 class PoolMatMulTest : public ::testing::TestWithParam<GgmlType> {};
 
 TEST_P(PoolMatMulTest, MatchesFp64ReferenceAcrossRowsThreadsAndIsas) {
@@ -66,7 +72,7 @@ TEST_P(PoolMatMulTest, MatchesFp64ReferenceAcrossRowsThreadsAndIsas) {
         // Twice on one pool: the second call reuses what the first left in the pool.
         for (int pass = 0; pass < 2; ++pass) {
           std::vector<float> y(want.size(), std::numeric_limits<float>::quiet_NaN());
-          ASSERT_TRUE((*pool)->MatMul(*matrix, x.data(), n_rows, y.data()).ok());
+          ASSERT_TRUE(MatMulOne(**pool, *matrix, x.data(), n_rows, y.data()).ok());
           EXPECT_LT(NormalisedError(y.data(), want.data(), y.size()), kProductBound)
               << isa << " threads " << threads;
           if (first.empty()) {
@@ -109,7 +115,7 @@ TEST(PoolMatMulTest, InterleavesWithExpertLayers) {
   auto alone = ExpertPool::Create({});
   ASSERT_TRUE(alone.ok());
   std::vector<float> want_y(2 * 300), want_out(2 * hidden, 0.0f);
-  ASSERT_TRUE((*alone)->MatMul(m, x.data(), 2, want_y.data()).ok());
+  ASSERT_TRUE(MatMulOne(**alone, m, x.data(), 2, want_y.data()).ok());
   auto experts_alone = ExpertPool::Create({});
   ASSERT_TRUE(experts_alone.ok());
   ASSERT_TRUE((*experts_alone)->Run(w, jobs, x.data(), 2, want_out.data()).ok());
@@ -119,11 +125,54 @@ TEST(PoolMatMulTest, InterleavesWithExpertLayers) {
   for (int i = 0; i < 40; ++i) {
     std::vector<float> y(want_y.size(), std::numeric_limits<float>::quiet_NaN());
     std::vector<float> out(want_out.size(), 0.0f);
-    ASSERT_TRUE((*shared)->MatMul(m, x.data(), 2, y.data()).ok());
+    ASSERT_TRUE(MatMulOne(**shared, m, x.data(), 2, y.data()).ok());
     ASSERT_TRUE((*shared)->Run(w, jobs, x.data(), 2, out.data()).ok());
     ASSERT_EQ(y, want_y) << "round " << i;
     ASSERT_EQ(out, want_out) << "round " << i;
   }
+}
+
+// Several matrices sharing x in one call (a layer's q, k and v): each y as from a call of its own,
+// for formats that pair with the same activations (Q8_0 and Q4_0 both take Q8_0 rows).
+TEST(PoolMatMulTest, SeveralProductsShareOneJob) {
+  const int64_t cols = 512;
+  const std::vector<uint8_t> a = RandomWeights(GgmlType::kQ8_0, 300, cols, 1);
+  const std::vector<uint8_t> b = RandomWeights(GgmlType::kQ4_0, 20, cols, 2);
+  const std::vector<uint8_t> c = RandomWeights(GgmlType::kQ8_0, 37, cols, 3);
+  const WeightMatrix ma =
+      *WeightMatrix::FromTensor(MatrixTensor(GgmlType::kQ8_0, cols, 300, a), 300);
+  const WeightMatrix mb = *WeightMatrix::FromTensor(MatrixTensor(GgmlType::kQ4_0, cols, 20, b), 20);
+  const WeightMatrix mc = *WeightMatrix::FromTensor(MatrixTensor(GgmlType::kQ8_0, cols, 37, c), 37);
+  const int all = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  for (int n_rows : {1, 4, 600}) {
+    const std::vector<float> x = RandomFloats(static_cast<size_t>(n_rows) * cols, 4 + n_rows);
+    auto pool = ExpertPool::Create({.threads = all});
+    ASSERT_TRUE(pool.ok());
+    std::vector<float> want_a(n_rows * 300), want_b(n_rows * 20), want_c(n_rows * 37);
+    ASSERT_TRUE(MatMulOne(**pool, ma, x.data(), n_rows, want_a.data()).ok());
+    ASSERT_TRUE(MatMulOne(**pool, mb, x.data(), n_rows, want_b.data()).ok());
+    ASSERT_TRUE(MatMulOne(**pool, mc, x.data(), n_rows, want_c.data()).ok());
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    std::vector<float> ya(want_a.size(), nan), yb(want_b.size(), nan), yc(want_c.size(), nan);
+    const MatrixProduct products[] = {{ma, ya.data()}, {mb, yb.data()}, {mc, yc.data()}};
+    ASSERT_TRUE((*pool)->MatMul(products, x.data(), n_rows).ok());
+    EXPECT_EQ(ya, want_a) << "rows " << n_rows;
+    EXPECT_EQ(yb, want_b) << "rows " << n_rows;
+    EXPECT_EQ(yc, want_c) << "rows " << n_rows;
+  }
+
+  // Matrices that cannot share x: other column counts, or other activations (Q4_K takes Q8_K).
+  const std::vector<uint8_t> d = RandomWeights(GgmlType::kQ8_0, 4, 256, 5);
+  const std::vector<uint8_t> e = RandomWeights(GgmlType::kQ4_K, 4, cols, 6);
+  const WeightMatrix md = *WeightMatrix::FromTensor(MatrixTensor(GgmlType::kQ8_0, 256, 4, d), 4);
+  const WeightMatrix me = *WeightMatrix::FromTensor(MatrixTensor(GgmlType::kQ4_K, cols, 4, e), 4);
+  auto pool = ExpertPool::Create({});
+  ASSERT_TRUE(pool.ok());
+  std::vector<float> x(cols, 1.0f), y0(300), y1(4);
+  const MatrixProduct other_cols[] = {{ma, y0.data()}, {md, y1.data()}};
+  EXPECT_EQ((*pool)->MatMul(other_cols, x.data(), 1).code(), absl::StatusCode::kInvalidArgument);
+  const MatrixProduct other_act[] = {{ma, y0.data()}, {me, y1.data()}};
+  EXPECT_EQ((*pool)->MatMul(other_act, x.data(), 1).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(PoolMatMulTest, RefusesWhatItCannotRun) {
@@ -146,7 +195,7 @@ TEST(PoolMatMulTest, RefusesWhatItCannotRun) {
   auto pool = ExpertPool::Create({});
   ASSERT_TRUE(pool.ok());
   float y = 7.0f;
-  EXPECT_TRUE((*pool)->MatMul(m, nullptr, 0, &y).ok());
+  EXPECT_TRUE(MatMulOne(**pool, m, nullptr, 0, &y).ok());
   EXPECT_EQ(y, 7.0f);
 }
 
@@ -160,7 +209,7 @@ TEST(PoolParallelForTest, RunsEveryIndexOnceBetweenOtherJobs) {
     auto pool = ExpertPool::Create({.threads = threads});
     ASSERT_TRUE(pool.ok());
     std::vector<float> want(64);
-    ASSERT_TRUE((*pool)->MatMul(m, x.data(), 1, want.data()).ok());
+    ASSERT_TRUE(MatMulOne(**pool, m, x.data(), 1, want.data()).ok());
     for (auto [n, grain] : {std::pair<int64_t, int64_t>{10007, 7}, {5, 1}, {3, 100}, {1, 0}}) {
       std::vector<std::atomic<int>> seen(n);
       std::atomic<int> calls{0};
@@ -174,7 +223,7 @@ TEST(PoolParallelForTest, RunsEveryIndexOnceBetweenOtherJobs) {
       for (int64_t i = 0; i < n; ++i) ASSERT_EQ(seen[i].load(), 1) << "index " << i << " of " << n;
       EXPECT_EQ(calls.load(), (n + std::max<int64_t>(grain, 1) - 1) / std::max<int64_t>(grain, 1));
       std::vector<float> y(64, std::numeric_limits<float>::quiet_NaN());
-      ASSERT_TRUE((*pool)->MatMul(m, x.data(), 1, y.data()).ok());
+      ASSERT_TRUE(MatMulOne(**pool, m, x.data(), 1, y.data()).ok());
       EXPECT_EQ(y, want) << "threads " << threads;
     }
     int calls = 0;
