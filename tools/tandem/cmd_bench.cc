@@ -8,11 +8,14 @@
 // fifth's ratio is taken against that measurement (TimeLayer): on a shared host (the 16-core H200
 // host moved between 55 and 102 GB/s within one run, 2026-11-30) a single figure from the start
 // compared layers with another moment's machine. Each case also reports the share of the threads'
-// time spent inside the expert kernels and their rate there (ExpertPool::kernel_ns).
+// time spent inside the expert kernels and their rate there (ExpertPool::kernel_ns). Two more cases
+// time the cpu backend's dense half on the same threads (one qwen3-30b-a3b attention layer's Q8_0
+// projections, q/k/v as one MatMul or three); they are not part of the summary.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -70,64 +73,57 @@ ExpertBank MakeBank(quant::GgmlType type, int64_t hidden, int64_t n_ff, int n_ex
   return b;
 }
 
-// One layer of `n_experts` experts, each chosen by all `rows` rows; experts rotate every layer.
-// The case runs in kRounds rounds, each measuring the stream bandwidth (best of 2 passes) and then
-// timing layers for a fifth of `seconds`; each round's ratio is taken against its own stream figure
-// and the case reports the medians. On the shared 16-core host the stream figure drifts within a
-// second (66-102 GB/s in one run), so a ceiling measured once per case can belong to another
-// moment's machine than the layers it is compared with.
-nlohmann::json TimeLayer(experts::ExpertPool& pool, const ExpertBank& bank, const char* name,
-                         int n_experts, int rows, double seconds, StreamProbe& stream) {
-  constexpr int kRounds = 5;
-  const int64_t H = bank.w.hidden;
-  std::vector<float> x(rows * H, 0.25f), out(rows * H, 0.0f);
-  std::vector<experts::ExpertJob> jobs;
-  const int n_bank = static_cast<int>(bank.w.n_expert);
-  const double bytes = static_cast<double>(bank.w.ExpertBytes()) * n_experts;
-  int64_t layers = 0;
-  int next = 0;
+// Timed calls of one case, in kRounds rounds, each measuring the stream bandwidth (best of 2
+// passes) and then calling `layer` for a fifth of `seconds`; each round's ratio (`bytes` per call)
+// is taken against its own stream figure. On the shared 16-core host the stream figure drifts
+// within a second (66-102 GB/s in one run), so a ceiling measured once per case can belong to
+// another moment's machine than the layers it is compared with.
+struct Rounds {
   std::vector<double> round_s, round_stream, round_ratio;
-  // Every layer's own time, so that a case whose rounds spread can be read: a few layers stalled
+  // Every call's own time, so that a case whose rounds spread can be read: a few layers stalled
   // (a thread descheduled while it held an item) or every layer slow (memory contended).
   std::vector<double> layer_s;
-  layer_s.reserve(1 << 16);
-  const uint64_t backups_before = pool.backups();
+  int64_t layers = 0;
+  double kernel_s = 0;  // all threads' time inside kernels (ExpertPool::kernel_ns)
+};
+
+Rounds TimeRounds(experts::ExpertPool& pool, StreamProbe& stream, double seconds, double bytes,
+                  const std::function<void()>& layer) {
+  constexpr int kRounds = 5;
+  Rounds r;
+  r.layer_s.reserve(1 << 16);
   const uint64_t kernel_ns_before = pool.kernel_ns();
   for (int round = 0; round < kRounds; ++round) {
-    round_stream.push_back(stream.Measure(2));
+    r.round_stream.push_back(stream.Measure(2));
     int64_t round_layers = 0;
     const auto t0 = Clock::now();
     while (Seconds(Clock::now() - t0) < seconds / kRounds || round_layers < 4) {
-      jobs.clear();
-      for (int e = 0; e < n_experts; ++e, next = (next + 1) % n_bank) {
-        for (int r = 0; r < rows; ++r) jobs.push_back({r, next, 0.1f});
-      }
       const auto l0 = Clock::now();
-      if (!pool.Run(bank.w, jobs, x.data(), rows, out.data()).ok()) std::abort();
-      layer_s.push_back(Seconds(Clock::now() - l0));
+      layer();
+      r.layer_s.push_back(Seconds(Clock::now() - l0));
       ++round_layers;
     }
-    round_s.push_back(Seconds(Clock::now() - t0) / round_layers);
-    round_ratio.push_back(bytes / round_s.back() / 1e9 / round_stream.back());
-    layers += round_layers;
+    r.round_s.push_back(Seconds(Clock::now() - t0) / round_layers);
+    r.round_ratio.push_back(bytes / r.round_s.back() / 1e9 / r.round_stream.back());
+    r.layers += round_layers;
   }
-  const double s = Median(round_s), stream_gbps = Median(round_stream);
-  const double ratio = Median(round_ratio);
-  const double p50 = Median(layer_s), p90 = Quantile(layer_s, 0.9), p99 = Quantile(layer_s, 0.99);
-  const double slowest = Quantile(layer_s, 1.0);
-  nlohmann::json j;
-  j["case"] = name;
-  j["type"] = quant::GetTypeInfo(bank.w.gate.type).name;
-  j["hidden"] = H;
-  j["n_ff"] = bank.w.n_ff;
-  j["experts"] = n_experts;
-  j["rows"] = rows;
-  j["layers_timed"] = layers;
+  r.kernel_s = static_cast<double>(pool.kernel_ns() - kernel_ns_before) * 1e-9;
+  return r;
+}
+
+// The figures every case reports from its Rounds, into j; returns the printed summary.
+std::string ReportRounds(const experts::ExpertPool& pool, const Rounds& r, double bytes,
+                         nlohmann::json& j) {
+  const double s = Median(r.round_s), stream_gbps = Median(r.round_stream);
+  const double ratio = Median(r.round_ratio);
+  const double p50 = Median(r.layer_s), p90 = Quantile(r.layer_s, 0.9);
+  const double p99 = Quantile(r.layer_s, 0.99), slowest = Quantile(r.layer_s, 1.0);
+  j["layers_timed"] = r.layers;
   j["us_per_layer"] = s * 1e6;  // the median round's
   j["stream_gbps"] = stream_gbps;
   j["expert_gbps"] = bytes / s / 1e9;
-  j["bandwidth_ratio"] = ratio;  // median over rounds of (round's expert GB/s ÷ its stream GB/s)
-  j["bandwidth_ratio_rounds"] = round_ratio;
+  j["bandwidth_ratio"] = ratio;  // median over rounds of (round's GB/s ÷ its stream GB/s)
+  j["bandwidth_ratio_rounds"] = r.round_ratio;
   // Single layers (all rounds): the median layer against the median stream figure says what the
   // pool does when nothing stalls it; the mean above is what a decode step would see.
   j["layer_us_p50"] = p50 * 1e6;
@@ -135,28 +131,106 @@ nlohmann::json TimeLayer(experts::ExpertPool& pool, const ExpertBank& bank, cons
   j["layer_us_p99"] = p99 * 1e6;
   j["layer_us_max"] = slowest * 1e6;
   j["bandwidth_ratio_p50_layer"] = bytes / p50 / 1e9 / stream_gbps;
-  // Items rerun because their first run was late (PoolOptions::backup_us).
-  j["backups"] = pool.backups() - backups_before;
-  // Of the threads' time in the timed layers, the share spent inside the gate/up and down kernel
-  // calls (the rest: waiting for items, claiming, quantising, summing, dispatch and join), and the
-  // rate the threads streamed weights at while inside them.
+  // Of the threads' time in the timed layers, the share spent inside the kernel calls (the rest:
+  // waiting for items, claiming, quantising, summing, dispatch and join), and the rate the threads
+  // streamed weights at while inside them.
   double layers_s = 0;
-  for (double l : layer_s) layers_s += l;
-  const double kernel_s = static_cast<double>(pool.kernel_ns() - kernel_ns_before) * 1e-9;
-  const double kernel_share = kernel_s / (pool.threads() * layers_s);
+  for (double l : r.layer_s) layers_s += l;
+  const double kernel_share = r.kernel_s / (pool.threads() * layers_s);
   const double kernel_gbps =
-      bytes * static_cast<double>(layers) / (kernel_s / pool.threads()) / 1e9;
+      bytes * static_cast<double>(r.layers) / (r.kernel_s / pool.threads()) / 1e9;
   j["kernel_share"] = kernel_share;
   j["kernel_gbps"] = kernel_gbps;
-  const auto [lo, hi] = std::minmax_element(round_ratio.begin(), round_ratio.end());
-  std::printf(
-      "%-28s %-5s experts %2d rows %d: %9.1f us/layer  %6.2f GB/s  %.2f of stream (%.1f GB/s; "
-      "rounds %.2f-%.2f; layers p50 %.1f p90 %.1f p99 %.1f max %.1f us; %llu backups in %lld "
-      "layers; kernels %.2f of thread time, %.1f GB/s inside)\n",
-      name, j["type"].get<std::string>().c_str(), n_experts, rows, s * 1e6, bytes / s / 1e9, ratio,
-      stream_gbps, *lo, *hi, p50 * 1e6, p90 * 1e6, p99 * 1e6, slowest * 1e6,
-      static_cast<unsigned long long>(j["backups"].get<uint64_t>()), static_cast<long long>(layers),
-      kernel_share, kernel_gbps);
+  const auto [lo, hi] = std::minmax_element(r.round_ratio.begin(), r.round_ratio.end());
+  char line[512];
+  std::snprintf(line, sizeof(line),
+                "%9.1f us/layer  %6.2f GB/s  %.2f of stream (%.1f GB/s; rounds %.2f-%.2f; layers "
+                "p50 %.1f p90 %.1f p99 %.1f max %.1f us; %lld layers; kernels %.2f of thread "
+                "time, %.1f GB/s inside)",
+                s * 1e6, bytes / s / 1e9, ratio, stream_gbps, *lo, *hi, p50 * 1e6, p90 * 1e6,
+                p99 * 1e6, slowest * 1e6, static_cast<long long>(r.layers), kernel_share,
+                kernel_gbps);
+  return line;
+}
+
+// One layer of `n_experts` experts, each chosen by all `rows` rows; experts rotate every layer.
+nlohmann::json TimeLayer(experts::ExpertPool& pool, const ExpertBank& bank, const char* name,
+                         int n_experts, int rows, double seconds, StreamProbe& stream) {
+  const int64_t H = bank.w.hidden;
+  std::vector<float> x(rows * H, 0.25f), out(rows * H, 0.0f);
+  std::vector<experts::ExpertJob> jobs;
+  const int n_bank = static_cast<int>(bank.w.n_expert);
+  const double bytes = static_cast<double>(bank.w.ExpertBytes()) * n_experts;
+  int next = 0;
+  const uint64_t backups_before = pool.backups();
+  const Rounds r = TimeRounds(pool, stream, seconds, bytes, [&] {
+    jobs.clear();
+    for (int e = 0; e < n_experts; ++e, next = (next + 1) % n_bank) {
+      for (int row = 0; row < rows; ++row) jobs.push_back({row, next, 0.1f});
+    }
+    if (!pool.Run(bank.w, jobs, x.data(), rows, out.data()).ok()) std::abort();
+  });
+  nlohmann::json j;
+  j["case"] = name;
+  j["type"] = quant::GetTypeInfo(bank.w.gate.type).name;
+  j["hidden"] = H;
+  j["n_ff"] = bank.w.n_ff;
+  j["experts"] = n_experts;
+  j["rows"] = rows;
+  const std::string line = ReportRounds(pool, r, bytes, j);
+  // Items rerun because their first run was late (PoolOptions::backup_us).
+  j["backups"] = pool.backups() - backups_before;
+  std::printf("%-28s %-5s experts %2d rows %d: %s; %llu backups\n", name,
+              j["type"].get<std::string>().c_str(), n_experts, rows, line.c_str(),
+              static_cast<unsigned long long>(j["backups"].get<uint64_t>()));
+  return j;
+}
+
+// The dense half's products of one qwen3-30b-a3b attention layer at one row (Q8_0: q 4096, k and v
+// 512 rows of 2048; o 2048 rows of 4096), as the cpu backend runs them: q, k and v in one MatMul
+// (`fused`) or one each, then o. Layers rotate over a bank beyond the caches.
+nlohmann::json TimeDense(experts::ExpertPool& pool, bool fused, double seconds,
+                         StreamProbe& stream) {
+  constexpr quant::GgmlType kType = quant::GgmlType::kQ8_0;
+  constexpr int64_t kHidden = 2048, kQ = 4096, kKv = 512;
+  const int64_t in_bytes = quant::RowBytes(kType, kHidden), out_bytes = quant::RowBytes(kType, kQ);
+  const int64_t layer_bytes = in_bytes * (kQ + 2 * kKv) + out_bytes * kHidden;
+  const int n_layers = static_cast<int>(
+      std::max<int64_t>(8, (experts::BeyondCachesBytes() + layer_bytes - 1) / layer_bytes));
+  std::vector<uint8_t> bank(static_cast<size_t>(layer_bytes) * n_layers);
+  quant::RandomizeBlocks(kType, 7, 0.05f, bank.data(),
+                         static_cast<int64_t>(bank.size()) / quant::GetTypeInfo(kType).block_bytes);
+  auto matrix = [&](const uint8_t* data, int64_t cols, int64_t rows) {
+    return experts::WeightMatrix{data, kType, cols, rows, quant::RowBytes(kType, cols)};
+  };
+  std::vector<float> x(kQ, 0.25f), q(kQ), k(kKv), v(kKv), o(kHidden);
+  int next = 0;
+  const Rounds r = TimeRounds(pool, stream, seconds, static_cast<double>(layer_bytes), [&] {
+    const uint8_t* base = bank.data() + static_cast<size_t>(layer_bytes) * next;
+    next = (next + 1) % n_layers;
+    const experts::MatrixProduct qkv[] = {
+        {matrix(base, kHidden, kQ), q.data()},
+        {matrix(base + in_bytes * kQ, kHidden, kKv), k.data()},
+        {matrix(base + in_bytes * (kQ + kKv), kHidden, kKv), v.data()}};
+    const experts::MatrixProduct out[] = {
+        {matrix(base + in_bytes * (kQ + 2 * kKv), kQ, kHidden), o.data()}};
+    bool ok = true;
+    if (fused) {
+      ok = pool.MatMul(qkv, x.data(), 1).ok();
+    } else {
+      for (const experts::MatrixProduct& p : qkv) ok = ok && pool.MatMul({&p, 1}, x.data(), 1).ok();
+    }
+    if (!ok || !pool.MatMul(out, x.data(), 1).ok()) std::abort();
+  });
+  nlohmann::json j;
+  j["case"] = fused ? "dense q/k/v fused + o" : "dense q, k, v, o";
+  j["type"] = quant::GetTypeInfo(kType).name;
+  j["rows"] = 1;
+  j["layer_bytes"] = layer_bytes;
+  const std::string line = ReportRounds(pool, r, static_cast<double>(layer_bytes), j);
+  std::printf("%-28s %-5s qwen3-30b-a3b attention, rows 1: %s\n",
+              j["case"].get<std::string>().c_str(), j["type"].get<std::string>().c_str(),
+              line.c_str());
   return j;
 }
 
@@ -229,6 +303,8 @@ int BenchExperts(const Options& o) {
     }
     p.WaitIdle();  // a run that lost to its backup may still read this bank (ExpertPool::Run)
   }
+  // The cpu backend's dense half on the same threads (not part of the summary's targets).
+  for (bool fused : {false, true}) cases.push_back(TimeDense(p, fused, o.seconds, stream));
   report["cases"] = cases;
   std::vector<double> streams;
   for (const nlohmann::json& c : cases) streams.push_back(c["stream_gbps"].get<double>());
