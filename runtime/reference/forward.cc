@@ -194,38 +194,89 @@ absl::Status ReferenceForward::Attention(const Layer& w, LayerState& ls, int n_p
   const int group = hp.n_head / hp.n_head_kv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   std::vector<float> attn(static_cast<size_t>(T) * hp.n_head * hd);
-  // One (row, head) pair per index: it reads the cache and writes its own head of attn.
-  ForEachRange(options, static_cast<int64_t>(T) * hp.n_head, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores;
-    for (int64_t i = begin; i < end; ++i) {
-      const int t = static_cast<int>(i / hp.n_head), h = static_cast<int>(i % hp.n_head);
-      const int n_keys = n_past + t + 1;  // causal: keys 0..pos
-      scores.resize(n_keys);
-      const int g = h / group;
-      const float* qh = &q[static_cast<size_t>(t) * q_rows + h * q_stride];
-      float max_s = -INFINITY;
-      for (int j = 0; j < n_keys; ++j) {
-        scores[j] = Dot(qh, &ls.k_cache[static_cast<size_t>(j) * kv_dim + g * hd], hd) * scale;
-        max_s = std::max(max_s, scores[j]);
+  // Three passes, each split into many independent indices so that a decode row's few heads still
+  // spread over every thread: scores per (row, key-value head, block of keys), softmax per (row,
+  // head), and values per (row, key-value head, block of dims). The first and last take each key's
+  // or value's slice once for all query heads of its group. Every sum runs in key order as in one
+  // loop per head, so the split never changes a result. Rows go in blocks that keep the
+  // probabilities within kProbFloats.
+  constexpr int64_t kKeyBlock = 64, kDimBlock = 16, kProbFloats = int64_t{1} << 24;
+  const int64_t max_keys = n_past + T;
+  const int rows_per_block =
+      static_cast<int>(std::clamp<int64_t>(kProbFloats / (hp.n_head * max_keys), 1, T));
+  std::vector<float> probs(static_cast<size_t>(rows_per_block) * hp.n_head * max_keys);
+  for (int t0 = 0; t0 < T; t0 += rows_per_block) {
+    const int rows = std::min(rows_per_block, T - t0);
+    // Query head h of row t0 + r is "th" = r * n_head + h; its group's key-value head is h / group.
+    auto head_probs = [&](int64_t th) { return &probs[static_cast<size_t>(th * max_keys)]; };
+    auto query = [&](int64_t th) {
+      return &q[static_cast<size_t>(t0 + th / hp.n_head) * q_rows + (th % hp.n_head) * q_stride];
+    };
+    auto n_keys = [&](int64_t th) { return n_past + t0 + static_cast<int>(th / hp.n_head) + 1; };
+    const int64_t groups = static_cast<int64_t>(rows) * hp.n_head_kv;  // (row, key-value head)
+    auto first_head = [&](int64_t rg) {
+      return rg / hp.n_head_kv * hp.n_head + rg % hp.n_head_kv * group;
+    };
+    const int64_t key_blocks = (max_keys + kKeyBlock - 1) / kKeyBlock;
+    ForEachRange(options, groups * key_blocks, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const int64_t rg = i / key_blocks, th0 = first_head(rg);
+        const int g = static_cast<int>(rg % hp.n_head_kv);
+        const int64_t j0 = i % key_blocks * kKeyBlock;
+        const int64_t j1 = std::min<int64_t>(n_keys(th0), j0 + kKeyBlock);
+        for (int64_t j = j0; j < j1; ++j) {
+          const float* kj = &ls.k_cache[static_cast<size_t>(j) * kv_dim + g * hd];
+          for (int64_t th = th0; th < th0 + group; ++th) {
+            head_probs(th)[j] = Dot(query(th), kj, hd) * scale;
+          }
+        }
       }
-      float sum = 0;
-      for (int j = 0; j < n_keys; ++j) {
-        scores[j] = std::exp(scores[j] - max_s);
-        sum += scores[j];
+    });
+    ForEachRange(options, static_cast<int64_t>(rows) * hp.n_head, [&](int64_t begin, int64_t end) {
+      for (int64_t th = begin; th < end; ++th) {
+        float* p = head_probs(th);
+        const int nk = n_keys(th);
+        const float max_s = *std::max_element(p, p + nk);
+        float sum = 0;
+        for (int j = 0; j < nk; ++j) {
+          p[j] = std::exp(p[j] - max_s);
+          sum += p[j];
+        }
+        for (int j = 0; j < nk; ++j) p[j] /= sum;
       }
-      float* o = &attn[(static_cast<size_t>(t) * hp.n_head + h) * hd];
-      std::fill_n(o, hd, 0.0f);
-      for (int j = 0; j < n_keys; ++j) {
-        const float p = scores[j] / sum;
-        const float* vj = &ls.v_cache[static_cast<size_t>(j) * kv_dim + g * hd];
-        for (int d = 0; d < hd; ++d) o[d] += p * vj[d];
+    });
+    const int64_t dim_blocks = (hd + kDimBlock - 1) / kDimBlock;
+    ForEachRange(options, groups * dim_blocks, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const int64_t rg = i / dim_blocks, th0 = first_head(rg);
+        const int g = static_cast<int>(rg % hp.n_head_kv);
+        const int d0 = static_cast<int>(i % dim_blocks * kDimBlock);
+        const int d1 = std::min<int>(hd, d0 + kDimBlock);
+        const float* v = &ls.v_cache[g * hd + d0];
+        const int nk = n_keys(th0);
+        for (int64_t th = th0; th < th0 + group; ++th) {
+          // The block's sums in registers (a fixed length the compiler unrolls); the block's values
+          // stay in L1 for the group's next head.
+          const float* p = head_probs(th);
+          float acc[kDimBlock] = {};
+          if (d1 - d0 == kDimBlock) {
+            for (int j = 0; j < nk; ++j) {
+              const float* vj = v + static_cast<size_t>(j) * kv_dim;
+              for (int d = 0; d < kDimBlock; ++d) acc[d] += p[j] * vj[d];
+            }
+          } else {
+            for (int j = 0; j < nk; ++j) {
+              const float* vj = v + static_cast<size_t>(j) * kv_dim;
+              for (int d = 0; d < d1 - d0; ++d) acc[d] += p[j] * vj[d];
+            }
+          }
+          float* o = &attn[static_cast<size_t>(t0 * hp.n_head + th) * hd];
+          const float* gate = query(th) + hd;
+          for (int d = d0; d < d1; ++d) o[d] = gated ? acc[d - d0] * Sigmoid(gate[d]) : acc[d - d0];
+        }
       }
-      if (gated) {
-        const float* gate = qh + hd;
-        for (int d = 0; d < hd; ++d) o[d] *= Sigmoid(gate[d]);
-      }
-    }
-  });
+    });
+  }
   return Product(options, *w.wo, hp.n_embd, attn.data(), T, out);
 }
 
