@@ -25,12 +25,6 @@ namespace {
 
 using quant::GgmlType;
 
-constexpr GgmlType kFormats[] = {GgmlType::kQ4_K,   GgmlType::kQ3_K, GgmlType::kQ8_0,
-                                 GgmlType::kQ6_K,   GgmlType::kQ5_K, GgmlType::kQ2_K,
-                                 GgmlType::kIQ4_XS, GgmlType::kQ4_0, GgmlType::kIQ4_NL,
-                                 GgmlType::kMXFP4,  GgmlType::kF16,  GgmlType::kBF16,
-                                 GgmlType::kF32};
-
 // Normalised error of a quantised-activation dot product against fp32 (Q8_K rounds to 1/127 of a
 // 256-block's max, Q8_0 to 1/127 of a 32-block's max). Measured worst case over these cases on
 // 2026-11-29 (every ISA gives the same): 0.0136 (Q3_K) with Q8_K activations, 0.0133 (IQ4_NL)
@@ -106,7 +100,7 @@ std::string Name(const testing::TestParamInfo<std::tuple<GgmlType, Isa>>& info) 
 }
 
 INSTANTIATE_TEST_SUITE_P(All, KernelTest,
-                         testing::Combine(testing::ValuesIn(kFormats),
+                         testing::Combine(testing::ValuesIn(kAllFormats),
                                           testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512)),
                          Name);
 

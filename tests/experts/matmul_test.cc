@@ -87,15 +87,7 @@ TEST_P(PoolMatMulTest, MatchesFp64ReferenceAcrossRowsThreadsAndIsas) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(All, PoolMatMulTest,
-                         testing::Values(GgmlType::kQ4_K, GgmlType::kQ3_K, GgmlType::kQ8_0,
-                                         GgmlType::kQ6_K, GgmlType::kQ5_K, GgmlType::kQ2_K,
-                                         GgmlType::kIQ4_XS, GgmlType::kQ4_0, GgmlType::kIQ4_NL,
-                                         GgmlType::kMXFP4, GgmlType::kF16, GgmlType::kBF16,
-                                         GgmlType::kF32),
-                         [](const auto& info) {
-                           return std::string(quant::GetTypeInfo(info.param).name);
-                         });
+INSTANTIATE_TEST_SUITE_P(All, PoolMatMulTest, testing::ValuesIn(kAllFormats), FormatName);
 
 // Products and expert layers take turns on one pool (as in a forward pass): each gives what it
 // gives on a pool of its own.

@@ -134,15 +134,7 @@ TEST_P(PoolTest, MatchesFp32ReferenceAcrossRowsThreadsAndIsas) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(All, PoolTest,
-                         testing::Values(GgmlType::kQ4_K, GgmlType::kQ3_K, GgmlType::kQ8_0,
-                                         GgmlType::kQ6_K, GgmlType::kQ5_K, GgmlType::kQ2_K,
-                                         GgmlType::kIQ4_XS, GgmlType::kQ4_0, GgmlType::kIQ4_NL,
-                                         GgmlType::kMXFP4, GgmlType::kF16, GgmlType::kBF16,
-                                         GgmlType::kF32),
-                         [](const auto& info) {
-                           return std::string(quant::GetTypeInfo(info.param).name);
-                         });
+INSTANTIATE_TEST_SUITE_P(All, PoolTest, testing::ValuesIn(kAllFormats), FormatName);
 
 // Tiled pool against the scalar pool, normalised error of the layer's delta. Each kernel call
 // agrees to float rounding (kernels_test.cc, 2e-6), but a 1-ulp difference in silu(g)·u can flip

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "experts/kernels.h"
@@ -16,6 +17,19 @@
 #include "runtime/quant/ggml_type.h"
 
 namespace tandem::experts {
+
+// Every weight format the pool has kernels for (SupportsFormat).
+inline constexpr quant::GgmlType kAllFormats[] = {
+    quant::GgmlType::kQ4_K,   quant::GgmlType::kQ3_K, quant::GgmlType::kQ8_0,
+    quant::GgmlType::kQ6_K,   quant::GgmlType::kQ5_K, quant::GgmlType::kQ2_K,
+    quant::GgmlType::kIQ4_XS, quant::GgmlType::kQ4_0, quant::GgmlType::kIQ4_NL,
+    quant::GgmlType::kMXFP4,  quant::GgmlType::kF16,  quant::GgmlType::kBF16,
+    quant::GgmlType::kF32};
+
+// A parameterised test's name for one format ("q4_k").
+inline std::string FormatName(const ::testing::TestParamInfo<quant::GgmlType>& info) {
+  return quant::GetTypeInfo(info.param).name;
+}
 
 // The CPUs the calling thread may run on.
 inline cpu_set_t ThreadAffinity() {

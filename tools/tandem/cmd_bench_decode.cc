@@ -58,6 +58,23 @@ int Fail(absl::string_view what, const absl::Status& status) {
   return 1;
 }
 
+// Prints the summary and writes the report (runs and summary added) to --json; the exit code.
+int Finish(const Options& o, nlohmann::json& report, const nlohmann::json& runs,
+           const nlohmann::json& summary) {
+  report["runs"] = runs;
+  report["summary"] = summary;
+  std::printf("summary: %s\n", summary.dump().c_str());
+  if (!o.json.empty()) {
+    std::ofstream out(o.json);
+    out << report.dump(2) << "\n";
+    if (!out) {
+      std::fprintf(stderr, "tandem bench decode: cannot write %s\n", o.json.c_str());
+      return 1;
+    }
+  }
+  return 0;
+}
+
 // The cpu backend (see the file comment). Steps advance the sequence (a CPU session has no
 // rollback), so "context C" times the steps at positions C .. C + steps + 2.
 int BenchDecodeCpu(const Options& o, const engine::EngineOptions& base,
@@ -135,18 +152,7 @@ int BenchDecodeCpu(const Options& o, const engine::EngineOptions& base,
     }
   }
   summary["stream_gbps"] = Median(streams);
-  report["runs"] = runs;
-  report["summary"] = summary;
-  std::printf("summary: %s\n", summary.dump().c_str());
-  if (!o.json.empty()) {
-    std::ofstream out(o.json);
-    out << report.dump(2) << "\n";
-    if (!out) {
-      std::fprintf(stderr, "tandem bench decode: cannot write %s\n", o.json.c_str());
-      return 1;
-    }
-  }
-  return 0;
+  return Finish(o, report, runs, summary);
 }
 
 #if defined(TANDEM_WITH_CUDA)
@@ -387,18 +393,7 @@ int BenchDecode(const Options& o, const engine::EngineOptions& base,
       }
     }
   }
-  report["runs"] = runs;
-  report["summary"] = summary;
-  std::printf("summary: %s\n", summary.dump().c_str());
-  if (!o.json.empty()) {
-    std::ofstream out(o.json);
-    out << report.dump(2) << "\n";
-    if (!out) {
-      std::fprintf(stderr, "tandem bench decode: cannot write %s\n", o.json.c_str());
-      return 1;
-    }
-  }
-  return 0;
+  return Finish(o, report, runs, summary);
 }
 #else
 int BenchDecode(const Options&, const engine::EngineOptions&, const std::vector<int>&) {
