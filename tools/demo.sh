@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The embedded default: installs what is missing, builds, then generates text with the reference
-# backend from a random-weight model of the Flash-Next architecture built in memory (no download).
+# The embedded default: installs what is missing, builds, then generates text with the default
+# backend (cuda where a GPU can run it, else the cpu backend; the notes say which) from a
+# random-weight model of the Flash-Next architecture built in memory (no download).
 #   tools/demo.sh                    # synth:tiny-flash-next, 48 tokens
 #   TANDEM_CUDA=OFF tools/demo.sh    # skip the CUDA build even where nvcc exists
 set -euo pipefail

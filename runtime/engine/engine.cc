@@ -138,6 +138,39 @@ std::string DenseFallbackNote(const model::Model& model) {
                       " tensors; their products run in the reference's fp32 path (slower)");
 }
 
+// Why the cpu backend cannot run `model` ("" when it can): the pool's refusal of the first layer's
+// expert tensors it has no kernels for.
+std::string CpuBackendUnavailableReason(const model::Model& model) {
+  for (int il = 0; il < model.hparams().n_layer; ++il) {
+    const std::string p = absl::StrCat("blk.", il, ".");
+    const format::TensorInfo* gate = model.Find(p + "ffn_gate_exps.weight");
+    const format::TensorInfo* up = model.Find(p + "ffn_up_exps.weight");
+    const format::TensorInfo* down = model.Find(p + "ffn_down_exps.weight");
+    if (gate == nullptr || up == nullptr || down == nullptr) continue;
+    if (absl::Status s = experts::ExpertWeights::FromTensors(*gate, *up, *down).status(); !s.ok()) {
+      return std::string(s.message());
+    }
+  }
+  return "";
+}
+
+// --backend auto without the cuda backend (`why`): cpu when the pool can run the model's experts,
+// else reference; either way a note says which and why.
+void FallBackToCpu(const model::Model& model, const std::string& why, std::string* backend,
+                   std::vector<std::string>* notes) {
+  const std::string cpu_unavailable = CpuBackendUnavailableReason(model);
+  if (cpu_unavailable.empty()) {
+    *backend = "cpu";
+    notes->push_back(absl::StrCat("backend auto: ", why,
+                                  "; using the cpu backend (--backend reference is the fp32 "
+                                  "oracle)"));
+  } else {
+    *backend = "reference";
+    notes->push_back(absl::StrCat("backend auto: ", why, ", and the cpu backend cannot run it (",
+                                  cpu_unavailable, "); using the reference backend"));
+  }
+}
+
 // Places every layer's experts on their home NUMA nodes (experts/topology.h) once, at load: this
 // reads the whole expert set (progress reported), so the first tokens neither fault pages in nor
 // read them across nodes. Layers whose experts the pool cannot run are left alone: the forward
@@ -213,15 +246,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& option
         "--backend cuda: ", cuda_unavailable,
         "; use --backend cpu, or --backend reference (the fp32 CPU oracle)"));
   }
-  if (options.backend == "auto") {
-    engine->backend_name_ = cuda_unavailable.empty() ? "cuda" : "reference";
-    if (!cuda_unavailable.empty()) {
-      engine->notes_.push_back(absl::StrCat("backend auto: ", cuda_unavailable,
-                                            "; using the reference backend (--backend cpu is faster)"));
-    }
-  } else {
-    engine->backend_name_ = options.backend;
-  }
+  // auto without a usable GPU: decided once the model is open (FallBackToCpu).
+  engine->backend_name_ = options.backend != "auto"  ? options.backend
+                          : cuda_unavailable.empty() ? "cuda"
+                                                     : "";
   if (options.threads < 0) {
     return absl::InvalidArgumentError(absl::StrCat("--threads ", options.threads, " is negative"));
   }
@@ -235,24 +263,6 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& option
   TANDEM_ASSIGN_OR_RETURN(engine->model_, model::OpenModel(options.model, open));
   const model::HParams& hp = engine->model_->hparams();
   TANDEM_ASSIGN_OR_RETURN(engine->forward_, reference::ReferenceForward::Create(*engine->model_));
-  if (engine->backend_name_ == "cpu") {
-    experts::PoolOptions pool_options;
-    pool_options.threads = options.threads;
-    pool_options.isa = options.cpu_isa;
-    pool_options.numa = options.cpu_numa;
-    pool_options.backup_us = options.cpu_backup_us;
-    TANDEM_ASSIGN_OR_RETURN(engine->pool_, experts::ExpertPool::Create(pool_options));
-    if (engine->pool_->nodes().size() > 1) {
-      BindExpertsToNodes(*engine->model_, *engine->pool_, options.progress, &engine->notes_);
-    }
-    engine->expert_computer_ =
-        std::make_unique<PoolExpertComputer>(engine->pool_.get(), hp.n_layer);
-    engine->dense_computer_ = std::make_unique<PoolDenseComputer>(engine->pool_.get());
-    if (std::string note = DenseFallbackNote(*engine->model_); !note.empty()) {
-      engine->notes_.push_back(std::move(note));
-    }
-  }
-
   // Tokenizer: an explicit tokenizer.json, else the GGUF's own keys, else tokenizer.json beside an
   // HF checkpoint. A model without one still serves token-id interfaces.
   std::optional<text::Vocabulary> vocab;
@@ -298,15 +308,36 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& option
     if (runner.ok()) {
       engine->gpu_.reset(std::move(runner).value().release());
     } else if (options.backend == "auto") {
-      engine->notes_.push_back(absl::StrCat("backend auto: the cuda backend cannot run this model (",
-                                            runner.status().message(),
-                                            "); using the reference backend"));
-      engine->backend_name_ = "reference";
+      engine->backend_name_ = "";
+      FallBackToCpu(
+          *engine->model_,
+          absl::StrCat("the cuda backend cannot run this model (", runner.status().message(), ")"),
+          &engine->backend_name_, &engine->notes_);
     } else {
       return runner.status();
     }
   }
 #endif
+  if (engine->backend_name_.empty()) {
+    FallBackToCpu(*engine->model_, cuda_unavailable, &engine->backend_name_, &engine->notes_);
+  }
+  if (engine->backend_name_ == "cpu") {
+    experts::PoolOptions pool_options;
+    pool_options.threads = options.threads;
+    pool_options.isa = options.cpu_isa;
+    pool_options.numa = options.cpu_numa;
+    pool_options.backup_us = options.cpu_backup_us;
+    TANDEM_ASSIGN_OR_RETURN(engine->pool_, experts::ExpertPool::Create(pool_options));
+    if (engine->pool_->nodes().size() > 1) {
+      BindExpertsToNodes(*engine->model_, *engine->pool_, options.progress, &engine->notes_);
+    }
+    engine->expert_computer_ =
+        std::make_unique<PoolExpertComputer>(engine->pool_.get(), hp.n_layer);
+    engine->dense_computer_ = std::make_unique<PoolDenseComputer>(engine->pool_.get());
+    if (std::string note = DenseFallbackNote(*engine->model_); !note.empty()) {
+      engine->notes_.push_back(std::move(note));
+    }
+  }
 
   if (!options.routing_log.empty()) {
     scheduler::RoutingLogHeader header;

@@ -1,10 +1,11 @@
 // The public engine API: load a model once (Engine), run sequences on it (Session). A session owns
 // its caches and statistics; the engine owns weights, tokenizer and the backend. Backends:
 // `reference` (the fp32 oracle of runtime/reference), `cpu` (the same forward pass with the routed
-// experts and the dense products computed by the quantised CPU expert pool of experts/) and `cuda` (the layer-half
-// megakernels of megakernel/, every weight on the card). `auto` takes cuda when this build has it
-// and a device is usable, else reference, and says so in notes(). An explicit backend that cannot
-// run fails with a clear message; nothing falls back silently to different math.
+// experts and the dense half computed by the quantised CPU expert pool of experts/) and `cuda`
+// (the layer-half megakernels of megakernel/, every weight on the card). `auto` takes cuda when
+// this build has it and a device can run the model, else cpu when the pool has kernels for the
+// model's experts, else reference, and says which and why in notes(). An explicit backend that
+// cannot run fails with a clear message; nothing falls back silently to different math.
 #pragma once
 
 #include <chrono>
@@ -41,7 +42,7 @@ namespace tandem::engine {
 
 struct EngineOptions {
   std::string model;               // path, HF directory or synth:NAME
-  std::string backend = "auto";    // auto | reference | cpu | cuda
+  std::string backend = "auto";    // auto (cuda, else cpu, else reference) | reference | cpu | cuda
   std::string kernels = "auto";    // cuda: auto (= megakernel) | megakernel | per-op
   bool cuda_graphs = true;         // cuda: capture each step shape once and replay it
   int n_ctx = 0;                   // 0: the smaller of the model's training context and 4096

@@ -1,8 +1,9 @@
 // The engine's cpu backend (reference forward pass with routed experts and dense products in the
 // expert pool) against the fp32 reference backend on tiny synthetic models of every architecture
 // (Q8_0 experts): normalised logit error within a stated bound, the same logits whatever the pool's
-// backup threshold, unsupported expert formats refused with a message naming the format, and dense
-// matrices the pool has no kernel for run in fp32 with a note saying so.
+// backup threshold, unsupported expert formats refused with a message naming the format, dense
+// matrices the pool has no kernel for run in fp32 with a note saying so, and what auto picks
+// without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -109,6 +110,27 @@ TEST(CpuBackendTest, DenseFormatWithoutKernelRunsInFp32WithANote) {
 
   double err = -1;
   ExpectCpuNearReference(model, &err);
+}
+
+// --backend auto without a usable GPU: cpu when the pool has kernels for the model's experts, else
+// reference, each with a note that says why.
+TEST(CpuBackendTest, AutoWithoutAGpuTakesCpuElseReference) {
+  if (CudaBackendUnavailableReason().empty()) {
+    GTEST_SKIP() << "this process has a usable CUDA device, so auto takes cuda";
+  }
+  for (const auto& [model, want] :
+       {std::pair<std::string, std::string>{"synth:tiny-qwen3moe", "cpu"},
+        {"synth:tiny-qwen3moe?experts=q4_1", "reference"}}) {
+    EngineOptions options;
+    options.model = model;
+    auto engine = Engine::Load(options);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    EXPECT_EQ((*engine)->backend_name(), want) << model;
+    std::string notes;
+    for (const std::string& note : (*engine)->notes()) notes += note + "\n";
+    EXPECT_NE(notes.find("backend auto:"), std::string::npos) << notes;
+    if (want == "reference") EXPECT_NE(notes.find("q4_1"), std::string::npos) << notes;
+  }
 }
 
 }  // namespace

@@ -44,8 +44,10 @@ void AddEngineFlags(CLI::App* cmd, engine::EngineOptions* options) {
                   "synth:NAME for a random-weight model of a named shape built in memory")
       ->required();
   cmd->add_option("--backend", options->backend,
-                  "Compute backend: auto (cuda when this build has it and a GPU is usable, else "
-                  "reference), reference (fp32 CPU oracle), cpu (the same forward pass with the experts "
+                  "Compute backend: auto (cuda when this build has it and a GPU can run the model, "
+                  "else cpu when its expert formats have CPU kernels, else reference; the load "
+                  "notes say which), reference (fp32 CPU oracle), cpu (the same forward pass with "
+                  "the experts "
                   "and every weight matrix product on the quantised CPU expert pool), cuda "
                   "(layer-half megakernels, every weight on the card)")
       ->capture_default_str();
