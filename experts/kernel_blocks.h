@@ -141,6 +141,8 @@ struct FormatTraits {
 };
 template <quant::GgmlType T>
 struct Format;
+// One line per format reads as a table.
+// clang-format off
 template <> struct Format<quant::GgmlType::kQ4_K> : FormatTraits<Family::kK, false, true> { using Block = quant::BlockQ4K; };
 template <> struct Format<quant::GgmlType::kQ5_K> : FormatTraits<Family::kK, false, true> { using Block = quant::BlockQ5K; };
 template <> struct Format<quant::GgmlType::kQ3_K> : FormatTraits<Family::kK, false> { using Block = quant::BlockQ3K; };
@@ -154,6 +156,7 @@ template <> struct Format<quant::GgmlType::kMXFP4> : FormatTraits<Family::k32, t
 template <> struct Format<quant::GgmlType::kF16> : FormatTraits<Family::kFloat, true> {};
 template <> struct Format<quant::GgmlType::kBF16> : FormatTraits<Family::kFloat, true> {};
 template <> struct Format<quant::GgmlType::kF32> : FormatTraits<Family::kFloat, true> {};
+// clang-format on
 
 // Bytes of one weight of a kFloat format.
 template <quant::GgmlType T>
@@ -175,6 +178,7 @@ static inline float FloatWeight(const uint8_t* row, int64_t i) {
 template <typename Maker>
 static inline auto DispatchFormat(quant::GgmlType type) -> decltype(Maker::template Make<quant::GgmlType::kQ4_K>()) {
   using quant::GgmlType;
+  // clang-format off
   switch (type) {
     case GgmlType::kQ4_K: return Maker::template Make<GgmlType::kQ4_K>();
     case GgmlType::kQ3_K: return Maker::template Make<GgmlType::kQ3_K>();
@@ -191,6 +195,7 @@ static inline auto DispatchFormat(quant::GgmlType type) -> decltype(Maker::templ
     case GgmlType::kF32: return Maker::template Make<GgmlType::kF32>();
     default: return nullptr;
   }
+  // clang-format on
 }
 
 }  // namespace

@@ -10,9 +10,10 @@
 // ChunkScale(prepared, c) (the int16 scale of every pair of the chunk), LoadY, Abs, SignOf,
 // DotScaled(acc, unsigned q, y, scale) = acc + Σ pairs of q·y times scale into int32 lanes,
 // SubCorr, AddI, FmaScalar(isum, s, acc) = acc + float(isum)·s, Reduce, Dot32 (32 unsigned × 32
-// signed bytes into 8 int32), LoadWeights<T>(row, i) (8 or 16 F16/BF16/F32 weights from element i, as f32), LoadF, Fma, AddF, ZeroI, ZeroF,
-// and kOwnKernel<T, N>: true where the policy has its own kernel OwnKernel<T, N>::Run for T at N
-// rows (kernel_vnni_rows.h, kernel_avx2_rows.h), which then replaces the generic loop.
+// signed bytes into 8 int32), LoadWeights<T>(row, i) (8 or 16 F16/BF16/F32 weights from element i,
+// as f32), LoadF, Fma, AddF, ZeroI, ZeroF, and kOwnKernel<T, N>: true where the policy has its own
+// kernel OwnKernel<T, N>::Run for T at N rows (kernel_vnni_rows.h, kernel_avx2_rows.h), which then
+// replaces the generic loop.
 #pragma once
 
 #include <immintrin.h>
@@ -165,7 +166,7 @@ struct Rows32 {
   }
 };
 
-// --- F16 / BF16 / F32: f32 FMAs against f32 activations --------------------------------------------
+// --- F16 / BF16 / F32: f32 FMAs against f32 activations ----------------------------------------
 template <class V, quant::GgmlType T, int N>
 struct FloatRows {
   // Columns per pass over the weight rows. Past 4 rows, the rows' slice of one pass stays within

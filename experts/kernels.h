@@ -1,10 +1,10 @@
 // Matrix-times-rows kernels for the CPU expert pool: weight rows read in place from GGUF bytes,
 // activations converted once per row to the form the weight type pairs with (spec §3: Q8_K for the
-// K-quants and IQ4_XS, Q8_0 for the 32-element formats, plain f32 for F16, BF16 and F32), integer dot
-// products per block with float scales applied per block. Every weight block is decoded once for
-// all (up to 8) activation rows in registers; more rows take the tiled path, which decodes a tile
-// of weight rows once and applies it to every row. No allocation, no threads: the pool (pool.h)
-// splits work and calls these.
+// K-quants and IQ4_XS, Q8_0 for the 32-element formats, plain f32 for F16, BF16 and F32), integer
+// dot products per block with float scales applied per block. Every weight block is decoded once
+// for all (up to 8) activation rows in registers; more rows take the tiled path, which decodes a
+// tile of weight rows once and applies it to every row. No allocation, no threads: the pool
+// (pool.h) splits work and calls these.
 #pragma once
 
 #include <cstdint>

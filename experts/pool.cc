@@ -218,8 +218,7 @@ absl::StatusOr<ExpertWeights> ExpertWeights::FromTensors(const format::TensorInf
   return FromBuffers(gate.type, down.type, hidden, n_ff, n_expert, gate.data, up.data, down.data);
 }
 
-absl::StatusOr<WeightMatrix> WeightMatrix::FromTensor(const format::TensorInfo& t,
-                                                      int64_t rows) {
+absl::StatusOr<WeightMatrix> WeightMatrix::FromTensor(const format::TensorInfo& t, int64_t rows) {
   TANDEM_RETURN_IF_ERROR(CheckTensorType(t.name.c_str(), t.type, t.dim(0)));
   if (rows <= 0 || rows > t.rows() || t.data == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("expert pool: ", rows, " rows of ", t.name, " ",
@@ -974,8 +973,8 @@ absl::Status ExpertPool::MatMul(std::span<const MatrixProduct> products, const f
   const uint64_t total =
       static_cast<uint64_t>(n_rows) + static_cast<uint64_t>(groups * group_items);
   if (total > kMaxItems) {
-    return absl::ResourceExhaustedError(absl::StrCat("expert pool: a product of ", total,
-                                                     " work items exceeds ", kMaxItems));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("expert pool: a product of ", total, " work items exceeds ", kMaxItems));
   }
   JobSet& set = TakeJobSet(n_rows <= kMaxKernelRows, false);
   set.kind = JobKind::kMatMul;

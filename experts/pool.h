@@ -184,8 +184,9 @@ class ExpertPool {
   // Create.
   uint64_t backups() const;
   // Nanoseconds all threads together spent in the gate/up and down kernel calls (and MatMul's;
-  // waits for the items they read excluded), since Create: against threads × wall time, how much of a layer the
-  // threads spent streaming weights. Each call's time is added before its item counts as done.
+  // waits for the items they read excluded), since Create: against threads × wall time, how much of
+  // a layer the threads spent streaming weights. Each call's time is added before its item counts
+  // as done.
   uint64_t kernel_ns() const;
 
   const std::vector<PoolNode>& nodes() const { return nodes_; }

@@ -138,18 +138,24 @@ std::string DenseFallbackNote(const model::Model& model) {
                       " tensors; their products run in the reference's fp32 path (slower)");
 }
 
+// Layer il's routed experts as the pool sees them: the pool's refusal when it cannot run them, and
+// std::nullopt when the layer has no expert tensors.
+std::optional<absl::StatusOr<experts::ExpertWeights>> LayerExperts(const model::Model& model,
+                                                                   int il) {
+  const std::string p = absl::StrCat("blk.", il, ".");
+  const format::TensorInfo* gate = model.Find(p + "ffn_gate_exps.weight");
+  const format::TensorInfo* up = model.Find(p + "ffn_up_exps.weight");
+  const format::TensorInfo* down = model.Find(p + "ffn_down_exps.weight");
+  if (gate == nullptr || up == nullptr || down == nullptr) return std::nullopt;
+  return experts::ExpertWeights::FromTensors(*gate, *up, *down);
+}
+
 // Why the cpu backend cannot run `model` ("" when it can): the pool's refusal of the first layer's
 // expert tensors it has no kernels for.
 std::string CpuBackendUnavailableReason(const model::Model& model) {
   for (int il = 0; il < model.hparams().n_layer; ++il) {
-    const std::string p = absl::StrCat("blk.", il, ".");
-    const format::TensorInfo* gate = model.Find(p + "ffn_gate_exps.weight");
-    const format::TensorInfo* up = model.Find(p + "ffn_up_exps.weight");
-    const format::TensorInfo* down = model.Find(p + "ffn_down_exps.weight");
-    if (gate == nullptr || up == nullptr || down == nullptr) continue;
-    if (absl::Status s = experts::ExpertWeights::FromTensors(*gate, *up, *down).status(); !s.ok()) {
-      return std::string(s.message());
-    }
+    const auto w = LayerExperts(model, il);
+    if (w.has_value() && !w->ok()) return std::string(w->status().message());
   }
   return "";
 }
@@ -180,16 +186,10 @@ void BindExpertsToNodes(const model::Model& model, experts::ExpertPool& pool,
   std::vector<experts::ExpertWeights> layers;
   uint64_t total = 0;
   for (int il = 0; il < model.hparams().n_layer; ++il) {
-    const std::string p = absl::StrCat("blk.", il, ".");
-    const format::TensorInfo* gate = model.Find(p + "ffn_gate_exps.weight");
-    const format::TensorInfo* up = model.Find(p + "ffn_up_exps.weight");
-    const format::TensorInfo* down = model.Find(p + "ffn_down_exps.weight");
-    if (gate == nullptr || up == nullptr || down == nullptr) continue;
-    absl::StatusOr<experts::ExpertWeights> w =
-        experts::ExpertWeights::FromTensors(*gate, *up, *down);
-    if (!w.ok()) continue;
-    total += static_cast<uint64_t>(w->ExpertBytes() * w->n_expert);
-    layers.push_back(*w);
+    const auto w = LayerExperts(model, il);
+    if (!w.has_value() || !w->ok()) continue;
+    total += static_cast<uint64_t>((*w)->ExpertBytes() * (*w)->n_expert);
+    layers.push_back(**w);
   }
   int64_t bound = 0;
   uint64_t done = 0;
