@@ -204,11 +204,16 @@ absl::Status ReferenceForward::Attention(const Layer& w, LayerState& ls, int n_p
   const int64_t max_keys = n_past + T;
   const int rows_per_block =
       static_cast<int>(std::clamp<int64_t>(kProbFloats / (hp.n_head * max_keys), 1, T));
-  std::vector<float> probs(static_cast<size_t>(rows_per_block) * hp.n_head * max_keys);
+  // The calling thread's, kept across calls: a fresh vector would be zeroed in every layer (32
+  // heads × 16k keys is 2 MB a decode layer), and every entry read below is written first. The
+  // passes run on other threads, so they reach it through probs_data, not by name.
+  thread_local std::vector<float> probs;
+  probs.resize(std::max(probs.size(), static_cast<size_t>(rows_per_block) * hp.n_head * max_keys));
+  float* const probs_data = probs.data();
   for (int t0 = 0; t0 < T; t0 += rows_per_block) {
     const int rows = std::min(rows_per_block, T - t0);
     // Query head h of row t0 + r is "th" = r * n_head + h; its group's key-value head is h / group.
-    auto head_probs = [&](int64_t th) { return &probs[static_cast<size_t>(th * max_keys)]; };
+    auto head_probs = [&](int64_t th) { return probs_data + th * max_keys; };
     auto query = [&](int64_t th) {
       return &q[static_cast<size_t>(t0 + th / hp.n_head) * q_rows + (th % hp.n_head) * q_stride];
     };
