@@ -154,7 +154,7 @@ class ExpertPool {
 
   // Calls body(begin, end) over [0, n) cut into ranges of `grain` indices, on the pool's threads
   // (the caller's included), and returns when every range has run. For the loops of the cpu
-  // backend's dense half (attention over the cache per head, DeltaNet's per-head state update):
+  // backend's dense half (attention over the cache, DeltaNet's per-head state update):
   // TBB's default arena would find the pool's workers spinning on its cores between layers.
   // Ranges run concurrently, so body must only write what its own range owns.
   void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& body);

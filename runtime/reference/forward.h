@@ -1,7 +1,8 @@
 // The fp32 reference forward pass of qwen3moe, qwen3next and qwen35moe: the definition of correct
 // output that every fast path is diffed against. Written for clarity, not speed: weights are
-// decoded row by row from their block format, all arithmetic is fp32, rows of matrix products and
-// the heads of attention and DeltaNet run in parallel with oneTBB. It reads weights in llama.cpp's
+// decoded row by row from their block format, all arithmetic is fp32, rows of matrix products,
+// attention over the cache and DeltaNet's heads run in parallel with oneTBB (split so that no
+// result depends on it). It reads weights in llama.cpp's
 // GGUF conventions (norms with +1 baked in, ssm_a = -exp(A_log), qwen35moe value heads tiled),
 // whatever file the model came from.
 #pragma once
