@@ -12,12 +12,9 @@ out=${OUT:-out}
 mkdir -p "$out"
 models=${MODELS:-synth:qwen3-30b-a3b}
 bench_models=${BENCH_MODELS:-$models}
-forward=("$@")
-backward=()
-for ((i = $# - 1; i >= 0; i--)); do backward+=("${forward[i]}"); done
+source "$(dirname "$0")/pass_order.sh"
 for pass in $(seq "${REPEAT:-1}"); do
-  order=("${forward[@]}")
-  if (( pass % 2 == 0 )); then order=("${backward[@]}"); fi
+  mapfile -t order < <(pass_order "$pass" "$@")
   for m in $models; do
     for dir in "${order[@]}"; do
       v=$(basename "$dir")
@@ -28,7 +25,7 @@ for pass in $(seq "${REPEAT:-1}"); do
     done
   done
 done
-last="${forward[$# - 1]}"
+last="${!#}"
 args=()
 for m in $bench_models; do args+=(-m "$m"); done
 "$last/tandem" bench decode --backend cpu "${args[@]}" --json "$out/bench_decode_cpu.json" \

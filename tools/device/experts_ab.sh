@@ -11,12 +11,9 @@ set -uo pipefail
 out=${OUT:-out}
 mkdir -p "$out"
 steal() { awk '/^cpu / {print $9}' /proc/stat; }
-forward=("$@")
-backward=()
-for ((i = $# - 1; i >= 0; i--)); do backward+=("${forward[i]}"); done
+source "$(dirname "$0")/pass_order.sh"
 for pass in $(seq "${REPEAT:-1}"); do
-  order=("${forward[@]}")
-  if (( pass % 2 == 0 )); then order=("${backward[@]}"); fi
+  mapfile -t order < <(pass_order "$pass" "$@")
   for dir in "${order[@]}"; do
     v=$(basename "$dir")
     s0=$(steal)
