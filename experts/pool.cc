@@ -747,10 +747,13 @@ void ExpertPool::WaitIdle() {
 void ExpertPool::RunEmpty() {
   // One no-op item per thread: the claim, completion count and join a real layer pays.
   JobSet& set = TakeJobSet(true, false);
-  const uint32_t items = static_cast<uint32_t>(threads());
-  set.lists[0].Open({{0, items}});  // the other lists are empty, which needs no write (Open)
-  std::fill_n(set.phase_end, kPhases, items);  // all in phase X
   set.kind = JobKind::kEmpty;
+  PostPhaseX(set, static_cast<uint32_t>(threads()));
+}
+
+void ExpertPool::PostPhaseX(JobSet& set, uint32_t items) {
+  set.lists[0].Open({{0, items}});  // the node lists are empty, which needs no write (Open)
+  std::fill_n(set.phase_end, kPhases, items);  // all in phase X
   Post(set);
 }
 
@@ -1015,9 +1018,7 @@ void ExpertPool::ParallelFor(int64_t n, int64_t grain,
   set.for_body = &body;
   set.for_n = n;
   set.for_grain = grain;
-  set.lists[0].Open({{0, items}});             // the node lists stay empty (ClaimList::Open)
-  std::fill_n(set.phase_end, kPhases, items);  // all in phase X
-  Post(set);
+  PostPhaseX(set, items);
 }
 
 template <class Done>

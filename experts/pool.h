@@ -202,6 +202,7 @@ class ExpertPool {
   JobSet& TakeJobSet(bool small, bool backups);
   void WaitUntilNoThreadIn(int set_index);  // -1: no thread in any set
   void Post(JobSet& set);
+  void PostPhaseX(JobSet& set, uint32_t items);  // Post a job of `items` phase-X items only
   void Participate(uint64_t epoch, int node, int thread);
   void WorkerMain(int node);
   void EnsureWorkers();
