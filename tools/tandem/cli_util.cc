@@ -1,5 +1,7 @@
 #include "tools/tandem/cli_util.h"
 
+#include "nlohmann/json.hpp"
+
 #include <unistd.h>
 
 #include <cerrno>
@@ -138,6 +140,22 @@ absl::Status WriteFileAtomically(const std::string& path, std::span<const uint8_
     return absl::InternalError(absl::StrCat(path, ": rename failed: ", std::strerror(errno)));
   }
   return absl::OkStatus();
+}
+
+int FinishBenchReport(const std::string& command, const std::string& json_path,
+                      nlohmann::json& report, const nlohmann::json& summary) {
+  report["summary"] = summary;
+  std::printf("summary: %s\n", summary.dump().c_str());
+  if (json_path.empty()) return 0;
+  const std::string text = report.dump(2) + "\n";
+  const absl::Status s =
+      WriteFileAtomically(json_path, {reinterpret_cast<const uint8_t*>(text.data()), text.size()});
+  if (!s.ok()) {
+    std::fprintf(stderr, "tandem %s: cannot write %s\n", command.c_str(),
+                 std::string(s.message()).c_str());
+    return 1;
+  }
+  return 0;
 }
 
 }  // namespace tandem::cli

@@ -1,4 +1,5 @@
-// Small helpers shared by the subcommands: one-line errors, engine flags, atomic file output.
+// Small helpers shared by the subcommands: one-line errors, engine flags, atomic file output, the
+// benchmarks' report.
 #pragma once
 
 #include <chrono>
@@ -10,6 +11,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "nlohmann/json_fwd.hpp"
 #include "runtime/engine/engine.h"
 
 namespace tandem::cli {
@@ -37,5 +39,11 @@ inline double Seconds(Clock::duration d) { return std::chrono::duration<double>(
 
 // Writes bytes to `path` through a temporary file and a rename, so no half-written file is left.
 absl::Status WriteFileAtomically(const std::string& path, std::span<const uint8_t> bytes);
+
+// The end of a `tandem bench` subcommand: adds `summary` to `report`, prints "summary: {...}" and
+// writes the report as indented JSON to `json_path` (none when empty). Returns the exit code: 1,
+// with "tandem <command>: ..." on stderr, when the file cannot be written.
+int FinishBenchReport(const std::string& command, const std::string& json_path,
+                      nlohmann::json& report, const nlohmann::json& summary);
 
 }  // namespace tandem::cli

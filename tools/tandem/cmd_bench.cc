@@ -14,7 +14,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <functional>
 #include <memory>
 #include <string>
@@ -342,17 +341,7 @@ int BenchExperts(const Options& o) {
   summary["bandwidth_ratio_1row"] = best_ratio;
   summary["dispatch_us"] = dispatch_us;
   summary["rows4_over_rows1"] = rows1_us > 0 ? rows4_us / rows1_us : 0.0;
-  report["summary"] = summary;
-  std::printf("summary: %s\n", summary.dump().c_str());
-  if (!o.json.empty()) {
-    std::ofstream f(o.json);
-    f << report.dump(2) << "\n";
-    if (!f) {
-      std::fprintf(stderr, "tandem bench experts: cannot write %s\n", o.json.c_str());
-      return 1;
-    }
-  }
-  return 0;
+  return FinishBenchReport("bench experts", o.json, report, summary);
 }
 
 }  // namespace

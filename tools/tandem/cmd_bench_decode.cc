@@ -8,7 +8,6 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
-#include <fstream>
 #include <random>
 #include <sstream>
 
@@ -52,27 +51,11 @@ std::string UtcNow() {
   return date;
 }
 
-int Fail(absl::string_view what, const absl::Status& status) {
-  std::fprintf(stderr, "tandem bench decode: %s: %s\n", std::string(what).c_str(),
+// Prints "tandem bench decode: [what: ]message" to stderr; the exit code.
+int BenchFail(const absl::Status& status, const std::string& what = "") {
+  std::fprintf(stderr, "tandem bench decode: %s%s%s\n", what.c_str(), what.empty() ? "" : ": ",
                std::string(status.message()).c_str());
   return 1;
-}
-
-// Prints the summary and writes the report (runs and summary added) to --json; the exit code.
-int Finish(const Options& o, nlohmann::json& report, const nlohmann::json& runs,
-           const nlohmann::json& summary) {
-  report["runs"] = runs;
-  report["summary"] = summary;
-  std::printf("summary: %s\n", summary.dump().c_str());
-  if (!o.json.empty()) {
-    std::ofstream out(o.json);
-    out << report.dump(2) << "\n";
-    if (!out) {
-      std::fprintf(stderr, "tandem bench decode: cannot write %s\n", o.json.c_str());
-      return 1;
-    }
-  }
-  return 0;
 }
 
 // The cpu backend (see the file comment). Steps advance the sequence (a CPU session has no
@@ -101,11 +84,11 @@ int BenchDecodeCpu(const Options& o, const engine::EngineOptions& base,
     eo.n_ctx = *std::max_element(contexts.begin(), contexts.end()) + o.steps + 8;
     std::printf("loading %s ...\n", model.c_str());
     auto engine = engine::Engine::Load(eo);
-    if (!engine.ok()) return Fail(model, engine.status());
+    if (!engine.ok()) return BenchFail(engine.status(), model);
     const model::HParams& hp = (*engine)->hparams();
     const absl::StatusOr<uint64_t> wbytes =
         model::StepWeightBytes(hp, (*engine)->model().tensors(), 1, {});
-    if (!wbytes.ok()) return Fail(model, wbytes.status());
+    if (!wbytes.ok()) return BenchFail(wbytes.status(), model);
     std::unique_ptr<engine::Session> session = (*engine)->NewSession();
     std::mt19937 rng(1);
     std::vector<float> logits;
@@ -115,7 +98,7 @@ int BenchDecodeCpu(const Options& o, const engine::EngineOptions& base,
       while (session->n_past() < ctx) {
         chunk.resize(std::min(512, ctx - session->n_past()));
         for (int32_t& t : chunk) t = static_cast<int32_t>(rng() % hp.n_vocab);
-        if (auto s = session->Prefill(chunk, false, &logits); !s.ok()) return Fail(model, s);
+        if (auto s = session->Prefill(chunk, false, &logits); !s.ok()) return BenchFail(s, model);
       }
       const double stream_before = stream.Measure(3);
       int32_t token = static_cast<int32_t>(rng() % hp.n_vocab);
@@ -123,7 +106,7 @@ int BenchDecodeCpu(const Options& o, const engine::EngineOptions& base,
       for (int i = 0; i < o.steps + 3; ++i) {
         const auto t0 = Clock::now();
         absl::StatusOr<int32_t> next = session->DecodeGreedy(token);
-        if (!next.ok()) return Fail(model, next.status());
+        if (!next.ok()) return BenchFail(next.status(), model);
         if (i >= 3) times.push_back(Seconds(Clock::now() - t0));  // 3 warm-up steps
         token = *next;
       }
@@ -152,7 +135,8 @@ int BenchDecodeCpu(const Options& o, const engine::EngineOptions& base,
     }
   }
   summary["stream_gbps"] = Median(streams);
-  return Finish(o, report, runs, summary);
+  report["runs"] = runs;
+  return FinishBenchReport("bench decode", o.json, report, summary);
 }
 
 #if defined(TANDEM_WITH_CUDA)
@@ -302,18 +286,14 @@ int BenchDecode(const Options& o, const engine::EngineOptions& base,
     std::printf("loading %s ...\n", model.c_str());
     auto engine = engine::Engine::Load(eo);
     if (!engine.ok()) {
-      std::fprintf(stderr, "tandem bench decode: %s: %s\n", model.c_str(),
-                   std::string(engine.status().message()).c_str());
-      return 1;
+      return BenchFail(engine.status(), model);
     }
     megakernel::GpuRunner& gpu = *(*engine)->gpu();
     const int vocab = (*engine)->hparams().n_vocab;
     const absl::StatusOr<uint64_t> wbytes_or =
         model::StepWeightBytes((*engine)->hparams(), (*engine)->model().tensors(), 1, {});
     if (!wbytes_or.ok()) {
-      std::fprintf(stderr, "tandem bench decode: %s\n",
-                   std::string(wbytes_or.status().message()).c_str());
-      return 1;
+      return BenchFail(wbytes_or.status());
     }
     const uint64_t wbytes = *wbytes_or;
     std::mt19937 rng(1);
@@ -326,8 +306,7 @@ int BenchDecode(const Options& o, const engine::EngineOptions& base,
         chunk.resize(std::min(megakernel::kMaxRows, ctx - filled));
         for (int32_t& t : chunk) t = static_cast<int32_t>(rng() % vocab);
         if (auto s = gpu.Forward(chunk, filled, false, nullptr, nullptr, nullptr, nullptr); !s.ok()) {
-          std::fprintf(stderr, "tandem bench decode: %s\n", std::string(s.message()).c_str());
-          return 1;
+          return BenchFail(s);
         }
         filled += static_cast<int>(chunk.size());
       }
@@ -340,8 +319,7 @@ int BenchDecode(const Options& o, const engine::EngineOptions& base,
         const bool mega = mode == megakernel::KernelMode::kMegakernel;
         auto t1 = TimeSteps(gpu, 1, ctx, o.steps, rng, vocab);
         if (!t1.ok()) {
-          std::fprintf(stderr, "tandem bench decode: %s\n", std::string(t1.status().message()).c_str());
-          return 1;
+          return BenchFail(t1.status());
         }
         const std::string p = mega ? "" : "per_op_";
         run[p + "ms_per_token"] = *t1 * 1e3;
@@ -352,16 +330,13 @@ int BenchDecode(const Options& o, const engine::EngineOptions& base,
         if (mega) {
           auto t4 = TimeSteps(gpu, 4, ctx, o.steps, rng, vocab);
           if (!t4.ok()) {
-            std::fprintf(stderr, "tandem bench decode: %s\n", std::string(t4.status().message()).c_str());
-            return 1;
+            return BenchFail(t4.status());
           }
           run["verify4_ms"] = *t4 * 1e3;
           run["verify4_over_decode1"] = *t4 / *t1;
           auto bytes4 = VerifyStepBytes(gpu, (*engine)->model(), ctx, rng);
           if (!bytes4.ok()) {
-            std::fprintf(stderr, "tandem bench decode: %s\n",
-                         std::string(bytes4.status().message()).c_str());
-            return 1;
+            return BenchFail(bytes4.status());
           }
           run["verify4_weight_bytes"] = *bytes4;
           run["verify4_bytes_over_decode1"] =
@@ -371,8 +346,7 @@ int BenchDecode(const Options& o, const engine::EngineOptions& base,
       gpu.set_mode(megakernel::KernelMode::kMegakernel);
       nlohmann::json phases;
       if (auto s = PhaseTimeline(gpu, (*engine)->hparams(), ctx, 8, rng, &phases); !s.ok()) {
-        std::fprintf(stderr, "tandem bench decode: %s\n", std::string(s.message()).c_str());
-        return 1;
+        return BenchFail(s);
       }
       run["phase_us"] = phases;
       run["speedup_vs_per_op"] = run["per_op_ms_per_token"].get<double>() / run["ms_per_token"].get<double>();
@@ -393,7 +367,8 @@ int BenchDecode(const Options& o, const engine::EngineOptions& base,
       }
     }
   }
-  return Finish(o, report, runs, summary);
+  report["runs"] = runs;
+  return FinishBenchReport("bench decode", o.json, report, summary);
 }
 #else
 int BenchDecode(const Options&, const engine::EngineOptions&, const std::vector<int>&) {
