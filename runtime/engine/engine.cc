@@ -308,7 +308,6 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& option
     if (runner.ok()) {
       engine->gpu_.reset(std::move(runner).value().release());
     } else if (options.backend == "auto") {
-      engine->backend_name_ = "";
       FallBackToCpu(
           *engine->model_,
           absl::StrCat("the cuda backend cannot run this model (", runner.status().message(), ")"),

@@ -129,7 +129,9 @@ TEST(CpuBackendTest, AutoWithoutAGpuTakesCpuElseReference) {
     std::string notes;
     for (const std::string& note : (*engine)->notes()) notes += note + "\n";
     EXPECT_NE(notes.find("backend auto:"), std::string::npos) << notes;
-    if (want == "reference") EXPECT_NE(notes.find("q4_1"), std::string::npos) << notes;
+    if (want == "reference") {
+      EXPECT_NE(notes.find("q4_1"), std::string::npos) << notes;
+    }
   }
 }
 
