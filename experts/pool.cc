@@ -3,16 +3,18 @@
 //   X: quantise input row i            (n_rows items)
 //   A: gate/up rows of one ff slice of one group (≤ kMaxTileRows rows sharing an expert), write
 //      silu(g)·u into the group's intermediate rows
-//   Q: quantise one job's intermediate row for down
+//   Q: quantise one job's intermediate row for down (large jobs only: in a small one, the A
+//      item that completes a group quantises the group's rows, so that no thread claims a Q item
+//      and then waits for the last gate/up items of its group)
 //   B: down rows of one output-column slice of one group, into the group's job slots' partials
 //      (one contiguous run of one expert per item). The B item that completes a column slice
 //      over all groups then adds out[row] += weight · partial for every job, in job order, over
 //      that slice's columns.
 // An item waits only for what it reads: A for every X item, Q for its group's A items, B for its
-// group's Q items. So a thread that runs out of A items starts on the first groups' down rows
-// while the last gate/up items finish, instead of idling at a phase boundary; and the weighted
-// sum waits for nothing (a slice's sum runs in the thread that finished its last partial), so a
-// layer ends with its last B item.
+// group's Q items (in a small job, for the quantisation its group's last A item did). So a thread
+// that runs out of A items starts on the first groups' down rows while the last gate/up items
+// finish, instead of idling at a phase boundary; and the weighted sum waits for nothing (a slice's
+// sum runs in the thread that finished its last partial), so a layer ends with its last B item.
 // Items are claimed from claim lists, each taken in order through one atomic word: the X items;
 // per NUMA node, the A, Q and B items of the groups whose expert is homed there (groups are sorted
 // by expert and homes are contiguous expert ranges, so these are three ranges of item numbers).
@@ -35,7 +37,8 @@
 // item. Each run writes its outputs in its own lane (0: the claimer, 1: the backup) and the first
 // to finish publishes its lane in the item's state word, then counts the item done; readers (Q,
 // the sums) take each item's winning lane, so a losing run, which goes on writing its lane, is
-// never read. The short X and Q items run once, and so does each slice's sum (it writes the
+// never read. The short X and Q items run once, and so does a small job's quantisation of a group
+// (by the winning run that completes the group) and each slice's sum (it writes the
 // caller's `out`): only the winning run of a B item counts it, so one run completes the slice. A
 // losing run can outlast its job, so each job lives in a job set (description, scratch, counters)
 // that is reused only when no thread is inside it; small jobs rotate over several sets. The
@@ -304,10 +307,14 @@ struct alignas(64) PaddedCount {
   std::atomic<uint32_t> n{0};
 };
 
-// Per A or B item: its state bits and claim time (steady clock ns; 0: unclaimed), on a line of
-// its own: consecutive items are claimed and finished by different threads at the same moments.
+// Per item of a job that takes backups: its state (the job's epoch << kItemTagShift | state bits,
+// stored when the item is claimed) and claim time (steady clock ns), on a line of its own:
+// consecutive items are claimed and finished by different threads at the same moments. A state
+// with another job's epoch is that of an item not yet claimed in this one, so the slots need no
+// reset between jobs (one line per item that the workers last wrote: 2-5 µs of the caller's
+// setup per layer on the 16-core host, docs/perf/experts.md, session 19).
 struct alignas(64) ItemSlot {
-  std::atomic<uint32_t> state{0};
+  std::atomic<uint64_t> state{0};
   std::atomic<int64_t> stamp{0};
 };
 
@@ -330,15 +337,53 @@ struct alignas(64) ThreadState {
   std::atomic<uint64_t> home{0}, away{0};
   std::atomic<int> in_set{0};
   std::atomic<uint64_t> items_done{0};
-  std::atomic<uint64_t> kernel_ns{0};  // ExpertPool::kernel_ns
+  // ExpertPool::ThreadTimes: job_ns, kernel_ns, setup_ns (the caller's), then wait_ns[p - 1] for
+  // waits below phase p (p = 1..3: items of phases A, Q, B; kPhases: the caller's join).
+  std::atomic<uint64_t> job_ns{0}, kernel_ns{0}, setup_ns{0};
+  std::atomic<uint64_t> wait_ns[kPhases] = {};
 };
 
 // What a job set's items do: a layer of experts (Run), nothing (RunEmpty), a matrix product
 // (MatMul) or ranges of the caller's loop (ParallelFor).
 enum class JobKind { kExperts, kEmpty, kMatMul, kFor };
 
-// Item state bits (phases A and B): done, a backup run taken, and the lane whose outputs count.
-constexpr uint32_t kItemDone = 1, kItemBackupTaken = 2, kItemLane1 = 4;
+// Item state bits (phases A and B): done, a backup run taken, and the lane whose outputs count;
+// above them, the epoch of the job that claimed the item.
+constexpr uint64_t kItemDone = 1, kItemBackupTaken = 2, kItemLane1 = 4;
+constexpr int kItemTagShift = 8;
+
+// Counters of items done (per group, per column slice) that are never reset: each job of a set
+// counts on from where the set's last job left each counter. The caller knows that value without
+// reading the counter (a job ends with every counter at its base + its target), so setting up a
+// job writes no line the workers wrote. Read as value − base, which stays right across the 2^32
+// wrap.
+class JobCounters {
+ public:
+  // Room for n counters; growing starts every counter over at 0.
+  void Reserve(size_t n) {
+    if (n <= end_.size()) return;
+    counts_.Reserve(n);
+    end_.assign(n, 0);
+    base_.assign(n, 0);
+  }
+  // Caller, before the job is announced: counter i counts to `target` in this job.
+  void Start(size_t i, uint32_t target) {
+    base_[i] = end_[i];
+    end_[i] += target;
+  }
+  // Items done so far in this job.
+  uint32_t Done(size_t i, std::memory_order order) const {
+    return counts_[i].n.load(order) - base_[i];
+  }
+  // Counts one more; returns the job's count after it.
+  uint32_t Add(size_t i, std::memory_order order) {
+    return counts_[i].n.fetch_add(1, order) + 1 - base_[i];
+  }
+
+ private:
+  SlotArray<PaddedCount> counts_;
+  std::vector<uint32_t> base_, end_;  // written by the caller only
+};
 
 // Job sets. Backups leave runs behind that may outlast their job (the loser of an item finishes
 // its run after the winner's result was used), so a job's description and scratch live in a set
@@ -347,7 +392,9 @@ constexpr uint32_t kItemDone = 1, kItemBackupTaken = 2, kItemLane1 = 4;
 // holds nothing up, and back-to-back layers never wait for the workers to leave the last one;
 // large jobs (prefill) take no backups and use set 0.
 constexpr int kSmallSets = 16;
-constexpr int kMaxBackedUpJobs = 64;  // (row, expert) jobs of a layer for it to take backups
+// (row, expert) jobs of a layer, at most, for it to be small: to take backups, and to have its
+// groups quantised by their last A items (a group of a small job has at most this many rows).
+constexpr int kMaxBackedUpJobs = 64;
 constexpr int kEpochSlots = 64;       // the set of epoch e is epoch_set[e % kEpochSlots]
 
 }  // namespace
@@ -356,6 +403,8 @@ struct ExpertPool::JobSet {
   // The job, stable while any thread is inside this set (ThreadState::in_set).
   JobKind kind = JobKind::kExperts;
   bool backups = false;              // phase A and B items may be run a second time
+  bool fold_quantise = false;        // no Q items: A items quantise their group (file comment)
+  int64_t setup_start_ns = 0;        // Run: when the caller began to prepare the job
   uint32_t phase_end[kPhases] = {};  // cumulative item counts
   ExpertWeights w;
   const float* x = nullptr;
@@ -380,14 +429,15 @@ struct ExpertPool::JobSet {
   std::vector<uint32_t> product_items;
   int row_slice = 0;
 
-  // Items done: of phase X (A waits for all); per group, its A then Q items (ff_slices + count
-  // when ready for B); per column slice, its B items over all groups (n_groups when its sum can
+  // Items done: of phase X (A waits for all); per group, its A then Q items (ReadyForDown when
+  // ready for B); per column slice, its B items over all groups (n_groups when its sum can
   // be taken). The whole job's count is the threads' ThreadState::items_done.
   alignas(64) std::atomic<uint32_t> x_done{0};
-  SlotArray<PaddedCount> group_done;
-  SlotArray<PaddedCount> slice_done;
-  // Per item of phases A and B: state bits and the claim time (steady clock ns; 0: unclaimed).
+  JobCounters group_done;
+  JobCounters slice_done;
+  // Per item of a job that takes backups: state and claim time (ItemSlot). `tag`: this job's epoch.
   SlotArray<ItemSlot> items;
+  uint64_t tag = 0;
 
   // Scratch. A and B items write their outputs in the lane of their run (0: the claimer, 1: the
   // backup); readers take each item's winning lane.
@@ -464,18 +514,21 @@ int64_t NowNs() {
       .count();
 }
 
-// Adds the time from construction to destruction to a thread's kernel_ns (its own line: a load and
-// a store, no read-modify-write). Around the A and B items' kernel calls only: each is 5-50 µs, so
-// the two clock reads cost well under 1%.
-class KernelTimer {
+// Adds `ns` to one of a thread's own ThreadState times: a load and a store, no read-modify-write
+// (only that thread writes it).
+void AddTime(std::atomic<uint64_t>& total, int64_t ns) {
+  total.store(total.load(std::memory_order_relaxed) + static_cast<uint64_t>(ns),
+              std::memory_order_relaxed);
+}
+
+// Adds the time from construction to destruction to one of a thread's times. Around the A and B
+// items' kernel calls (each 5-50 µs) and waits, so the two clock reads cost well under 1%.
+class ThreadTimer {
  public:
-  explicit KernelTimer(std::atomic<uint64_t>& total) : total_(total), start_(NowNs()) {}
-  ~KernelTimer() {
-    total_.store(total_.load(std::memory_order_relaxed) + static_cast<uint64_t>(NowNs() - start_),
-                 std::memory_order_relaxed);
-  }
-  KernelTimer(const KernelTimer&) = delete;
-  KernelTimer& operator=(const KernelTimer&) = delete;
+  explicit ThreadTimer(std::atomic<uint64_t>& total) : total_(total), start_(NowNs()) {}
+  ~ThreadTimer() { AddTime(total_, NowNs() - start_); }
+  ThreadTimer(const ThreadTimer&) = delete;
+  ThreadTimer& operator=(const ThreadTimer&) = delete;
 
  private:
   std::atomic<uint64_t>& total_;
@@ -651,13 +704,17 @@ void ExpertPool::Participate(uint64_t epoch, int node, int thread) {
     me.in_set.store(0, std::memory_order_release);
     return;
   }
+  const int64_t entered = NowNs();
   // X, then this node's list, then the other nodes' lists (file comment).
   for (int step = 0; step < impl.n_lists; ++step) {
     const bool node_list = step > 0 && step <= n_nodes;
     const int list = node_list ? 1 + (node + step - 1) % n_nodes : step;
     uint32_t item;
     while (set.lists[list].Claim(&item)) {
-      if (set.backups) set.items[item].stamp.store(NowNs(), std::memory_order_relaxed);
+      if (set.backups) {  // claimed in this job, at this time (release: see RunLateItem)
+        set.items[item].stamp.store(NowNs(), std::memory_order_relaxed);
+        set.items[item].state.store(set.tag << kItemTagShift, std::memory_order_release);
+      }
       if (stall_workers_us_ > 0 && thread != 0 && set.backups && set.kind == JobKind::kExperts &&
           ((item >= set.phase_end[0] && item < set.phase_end[1]) ||
            (item >= set.phase_end[2] && item < set.phase_end[3]))) {
@@ -675,7 +732,9 @@ void ExpertPool::Participate(uint64_t epoch, int node, int thread) {
       }
     }
   }
-  // Release: the caller that reuses this set sees every write this thread made in it.
+  AddTime(me.job_ns, NowNs() - entered);
+  // Release: the caller that reuses this set, or WaitIdle, sees every write this thread made in it
+  // (and its job_ns).
   me.in_set.store(0, std::memory_order_release);
 }
 
@@ -695,8 +754,11 @@ void ExpertPool::Post(JobSet& set) {
   Impl& impl = *impl_;
   set.x_done.store(0, std::memory_order_relaxed);
   ++impl.epoch;
+  set.tag = impl.epoch;
   impl.epoch_set[impl.epoch % kEpochSlots].store(static_cast<int>(&set - impl.sets.get()),
                                                  std::memory_order_relaxed);
+  if (set.kind == JobKind::kExperts)
+    AddTime(impl.threads[0].setup_ns, NowNs() - set.setup_start_ns);
   // The announcement publishes the job and its open lists (seq_cst: see WorkerMain).
   impl.announced.store(impl.epoch, std::memory_order_seq_cst);
   if (n_threads_ > 1) EnsureWorkers();
@@ -768,11 +830,19 @@ ExpertPool::ClaimCounts ExpertPool::claim_counts() const {
 
 uint64_t ExpertPool::backups() const { return impl_->backups.load(std::memory_order_relaxed); }
 
-uint64_t ExpertPool::kernel_ns() const {
-  uint64_t ns = 0;
-  for (int t = 0; t < n_threads_; ++t)
-    ns += impl_->threads[t].kernel_ns.load(std::memory_order_relaxed);
-  return ns;
+ExpertPool::ThreadTimes ExpertPool::thread_times() const {
+  ThreadTimes sum;
+  for (int t = 0; t < n_threads_; ++t) {
+    const ThreadState& s = impl_->threads[t];
+    sum.job_ns += s.job_ns.load(std::memory_order_relaxed);
+    sum.kernel_ns += s.kernel_ns.load(std::memory_order_relaxed);
+    sum.setup_ns += s.setup_ns.load(std::memory_order_relaxed);
+    sum.gate_up_wait_ns += s.wait_ns[0].load(std::memory_order_relaxed);
+    sum.quantise_wait_ns += s.wait_ns[1].load(std::memory_order_relaxed);
+    sum.down_wait_ns += s.wait_ns[2].load(std::memory_order_relaxed);
+    sum.join_ns += s.wait_ns[kPhases - 1].load(std::memory_order_relaxed);
+  }
+  return sum;
 }
 
 absl::StatusOr<int64_t> ExpertPool::BindWeights(const ExpertWeights& w) {
@@ -847,6 +917,7 @@ absl::Status ExpertPool::Run(const ExpertWeights& w, std::span<const ExpertJob> 
     }
   }
   if (jobs.empty()) return absl::OkStatus();
+  const int64_t setup_start_ns = NowNs();
   const DotFn gate_up_dot = GetDotKernel(isa_, w.gate.type);
   const DotFn down_dot = GetDotKernel(isa_, w.down.type);
   if (gate_up_dot == nullptr || down_dot == nullptr) {
@@ -855,6 +926,8 @@ absl::Status ExpertPool::Run(const ExpertWeights& w, std::span<const ExpertJob> 
   const bool small = static_cast<int>(jobs.size()) <= kMaxBackedUpJobs;
   JobSet& set = TakeJobSet(small, small && backup_us_ >= 0);
   set.kind = JobKind::kExperts;
+  set.setup_start_ns = setup_start_ns;
+  set.fold_quantise = small;
   set.gate_up_dot = gate_up_dot;
   set.down_dot = down_dot;
 
@@ -897,15 +970,10 @@ absl::Status ExpertPool::Run(const ExpertWeights& w, std::span<const ExpertJob> 
     set.down[lane].Reserve(static_cast<size_t>(set.n_jobs) * w.hidden);
   }
   set.gathered.Reserve(static_cast<size_t>(set.n_jobs) * w.n_ff);
-  set.group_done.Reserve(set.groups.size());
-  for (size_t g = 0; g < set.groups.size(); ++g) {
-    set.group_done[g].n.store(0, std::memory_order_relaxed);
-  }
-  set.slice_done.Reserve(set.out_slices);
-  for (int k = 0; k < set.out_slices; ++k) set.slice_done[k].n.store(0, std::memory_order_relaxed);
 
+  const int q_items = set.fold_quantise ? 0 : set.n_jobs;
   const uint64_t total = static_cast<uint64_t>(n_rows) +
-                         static_cast<uint64_t>(set.n_groups) * set.ff_slices + set.n_jobs +
+                         static_cast<uint64_t>(set.n_groups) * set.ff_slices + q_items +
                          static_cast<uint64_t>(set.n_groups) * set.out_slices;
   if (total > kMaxItems) {
     return absl::ResourceExhaustedError(absl::StrCat("expert pool: a layer of ", total,
@@ -913,12 +981,18 @@ absl::Status ExpertPool::Run(const ExpertWeights& w, std::span<const ExpertJob> 
   }
   set.phase_end[0] = n_rows;
   set.phase_end[1] = set.phase_end[0] + set.n_groups * set.ff_slices;
-  set.phase_end[2] = set.phase_end[1] + set.n_jobs;
+  set.phase_end[2] = set.phase_end[1] + q_items;
   set.phase_end[3] = set.phase_end[2] + set.n_groups * set.out_slices;
-  set.items.Reserve(set.phase_end[3]);
-  for (uint32_t i = 0; i < set.phase_end[3]; ++i) {
-    set.items[i].state.store(0, std::memory_order_relaxed);
-    set.items[i].stamp.store(0, std::memory_order_relaxed);
+  if (set.backups) set.items.Reserve(set.phase_end[3]);  // no reset: ItemSlot
+  // Only now that the job will be posted: every counter must reach its new end (JobCounters).
+  set.group_done.Reserve(set.groups.size());
+  for (int gi = 0; gi < set.n_groups; ++gi) {
+    const int ready = set.fold_quantise ? 1 : set.groups[gi].count;  // quantise steps
+    set.group_done.Start(gi, static_cast<uint32_t>(set.ff_slices + ready));
+  }
+  set.slice_done.Reserve(set.out_slices);
+  for (int k = 0; k < set.out_slices; ++k) {
+    set.slice_done.Start(k, static_cast<uint32_t>(set.n_groups));
   }
 
   // Claim lists: X; per node, the A, Q and B items of its home experts' groups.
@@ -930,8 +1004,8 @@ absl::Status ExpertPool::Run(const ExpertWeights& w, std::span<const ExpertJob> 
     while (gi > 0 && set.groups[gi - 1].expert >= first_expert) --gi;
     set.node_group[k] = gi;
   }
-  auto first_slot = [&set](int gi) {
-    return static_cast<uint32_t>(gi < set.n_groups ? set.groups[gi].first : set.n_jobs);
+  auto first_slot = [&set, q_items](int gi) {  // its first Q item's offset in phase Q
+    return static_cast<uint32_t>(gi < set.n_groups && q_items > 0 ? set.groups[gi].first : q_items);
   };
   set.lists[0].Open({{0, set.phase_end[0]}});
   for (int k = 0; k < n_nodes; ++k) {
@@ -1025,6 +1099,8 @@ template <class Done>
 void ExpertPool::Await(JobSet& set, Done done, int below_phase, int thread) {
   // Until done() holds, run late items of the phases below `below_phase` (the items that this
   // wait can depend on; never the caller's own item or one that waits for it).
+  if (done()) return;
+  const ThreadTimer waiting(impl_->threads[thread].wait_ns[below_phase - 1]);
   int64_t next_look = 0;
   for (uint32_t spins = 0; !done(); ++spins) {
     _mm_pause();
@@ -1048,10 +1124,11 @@ bool ExpertPool::RunLateItem(JobSet& set, int below_phase, int thread) {
   for (int phase : {1, 3}) {
     if (phase >= below_phase) break;
     for (uint32_t item = set.phase_end[phase - 1]; item < set.phase_end[phase]; ++item) {
-      const int64_t stamp = set.items[item].stamp.load(std::memory_order_relaxed);
-      if (stamp == 0 || stamp > late) continue;  // not claimed yet, or not late
-      std::atomic<uint32_t>& state = set.items[item].state;
-      uint32_t s = state.load(std::memory_order_relaxed);
+      std::atomic<uint64_t>& state = set.items[item].state;
+      // Acquire: the stamp stored before the claim's state is this claim's.
+      uint64_t s = state.load(std::memory_order_acquire);
+      if (s >> kItemTagShift != set.tag) continue;  // not claimed yet in this job
+      if (set.items[item].stamp.load(std::memory_order_relaxed) > late) continue;
       if ((s & (kItemDone | kItemBackupTaken)) != 0) continue;
       if (!state.compare_exchange_strong(s, s | kItemBackupTaken, std::memory_order_relaxed)) {
         continue;
@@ -1095,14 +1172,27 @@ void ExpertPool::RunItem(JobSet& set, uint32_t item, int lane, int thread) {
     count.fetch_add(1, std::memory_order_release);
     count_for_join();
   };
+  auto count_group_done = [&set, &count_for_join](int gi) {
+    set.group_done.Add(gi, std::memory_order_release);
+    count_for_join();
+  };
+  // Waits (running late items of the phases below `below_phase`) until group gi has counted
+  // `target` items done in this job.
+  auto await_group = [this, &set, thread](int gi, uint32_t target, int below_phase) {
+    Await(
+        set,
+        [&set, gi, target] { return set.group_done.Done(gi, std::memory_order_acquire) >= target; },
+        below_phase, thread);
+  };
   // A and B items: the first run to finish publishes its lane (and then counts the item); the
   // other run's outputs are not read, and it counts nothing.
   auto won = [&set, item, lane] {
     if (!set.backups) return true;
     // Done and the lane in one step, only if the other run has not finished first.
-    std::atomic<uint32_t>& state = set.items[item].state;
-    const uint32_t mine = kItemDone | (lane == 1 ? kItemLane1 : 0u);
-    uint32_t s = state.load(std::memory_order_relaxed);
+    // (The claim stored this job's tag before either run began.)
+    std::atomic<uint64_t>& state = set.items[item].state;
+    const uint64_t mine = kItemDone | (lane == 1 ? kItemLane1 : 0u);
+    uint64_t s = state.load(std::memory_order_relaxed);
     do {
       if ((s & kItemDone) != 0) return false;
     } while (!state.compare_exchange_weak(s, s | mine, std::memory_order_release,
@@ -1113,6 +1203,24 @@ void ExpertPool::RunItem(JobSet& set, uint32_t item, int lane, int thread) {
     return set.backups && (set.items[i].state.load(std::memory_order_acquire) & kItemLane1) != 0
                ? 1
                : 0;
+  };
+  // A job slot's intermediate row, from its group's A items' winning lanes, quantised for down.
+  auto QuantiseForDown = [&set, &w, &lane_of](int slot) {
+    float* row = set.gate[0].data() + static_cast<int64_t>(slot) * w.n_ff;
+    if (set.backups) {
+      row = set.gathered.data() + static_cast<int64_t>(slot) * w.n_ff;
+      const uint32_t a0 =
+          set.phase_end[0] + static_cast<uint32_t>(set.slot_group[slot] * set.ff_slices);
+      for (int k = 0; k < set.ff_slices; ++k) {
+        const int64_t f0 = static_cast<int64_t>(k) * set.ff_slice;
+        const int64_t nf = std::min<int64_t>(set.ff_slice, w.n_ff - f0);
+        std::memcpy(row + f0,
+                    set.gate[lane_of(a0 + k)].data() + static_cast<int64_t>(slot) * w.n_ff + f0,
+                    nf * 4);
+      }
+    }
+    QuantizeActivations(w.down.type, row, w.n_ff,
+                        set.hq.data() + static_cast<int64_t>(slot) * set.hq_stride);
   };
   if (item < set.phase_end[0]) {  // X
     QuantizeActivations(w.gate.type, set.x + static_cast<int64_t>(item) * w.hidden, w.hidden,
@@ -1134,7 +1242,7 @@ void ExpertPool::RunItem(JobSet& set, uint32_t item, int lane, int thread) {
     float* h = set.gate[lane].data() + static_cast<int64_t>(g.first) * w.n_ff + f0;
     float* u = set.up[lane].data() + static_cast<int64_t>(g.first) * w.n_ff + f0;
     {
-      const KernelTimer timer(impl_->threads[thread].kernel_ns);
+      const ThreadTimer timer(impl_->threads[thread].kernel_ns);
       set.gate_up_dot(w.gate.Expert(g.expert) + f0 * w.gate.row_bytes, w.gate.row_bytes, nf,
                       w.hidden, act, g.count, h, w.n_ff);
       set.gate_up_dot(w.up.Expert(g.expert) + f0 * w.up.row_bytes, w.up.row_bytes, nf, w.hidden,
@@ -1143,32 +1251,33 @@ void ExpertPool::RunItem(JobSet& set, uint32_t item, int lane, int thread) {
     for (int a = 0; a < g.count; ++a) {
       SiluMul(isa_, h + a * w.n_ff, u + a * w.n_ff, nf);
     }
-    if (won()) count_done(set.group_done[gi].n);
+    if (!won()) return;
+    if (!set.fold_quantise) {
+      count_group_done(gi);
+      return;
+    }
+    // The run that completes the group quantises its rows, then marks it ready for B. Acq_rel: it
+    // sees the other A items' outputs, whose runs counted with release.
+    if (set.group_done.Add(gi, std::memory_order_acq_rel) == static_cast<uint32_t>(set.ff_slices)) {
+      for (int slot = g.first; slot < g.first + g.count; ++slot) QuantiseForDown(slot);
+      set.group_done.Add(gi, std::memory_order_release);
+    }
+    count_for_join();
     return;
   }
   if (item < set.phase_end[2]) {  // Q: one job slot's intermediate row, from its A items' lanes
-    const int64_t slot = item - set.phase_end[1];
+    const int slot = static_cast<int>(item - set.phase_end[1]);
     const int gi = set.slot_group[slot];
-    AwaitCount(set, set.group_done[gi].n, static_cast<uint32_t>(set.ff_slices), 2, thread);
-    float* row = set.gate[0].data() + slot * w.n_ff;
-    if (set.backups) {
-      row = set.gathered.data() + slot * w.n_ff;
-      const uint32_t a0 = set.phase_end[0] + static_cast<uint32_t>(gi * set.ff_slices);
-      for (int k = 0; k < set.ff_slices; ++k) {
-        const int64_t f0 = static_cast<int64_t>(k) * set.ff_slice;
-        const int64_t nf = std::min<int64_t>(set.ff_slice, w.n_ff - f0);
-        std::memcpy(row + f0, set.gate[lane_of(a0 + k)].data() + slot * w.n_ff + f0, nf * 4);
-      }
-    }
-    QuantizeActivations(w.down.type, row, w.n_ff, set.hq.data() + slot * set.hq_stride);
-    count_done(set.group_done[gi].n);
+    await_group(gi, static_cast<uint32_t>(set.ff_slices), 2);
+    QuantiseForDown(slot);
+    count_group_done(gi);
     return;
   }
   // B: output columns [c0, c0 + nc) of one group.
   const uint32_t i = item - set.phase_end[2];
   const int gi = static_cast<int>(i / set.out_slices);
   const Group& g = set.groups[gi];
-  AwaitCount(set, set.group_done[gi].n, static_cast<uint32_t>(set.ff_slices + g.count), 3, thread);
+  await_group(gi, static_cast<uint32_t>(set.ff_slices + (set.fold_quantise ? 1 : g.count)), 3);
   const int slice = static_cast<int>(i % set.out_slices);
   const int64_t c0 = static_cast<int64_t>(slice) * set.out_slice;
   const int nc = static_cast<int>(std::min<int64_t>(set.out_slice, w.hidden - c0));
@@ -1178,7 +1287,7 @@ void ExpertPool::RunItem(JobSet& set, uint32_t item, int lane, int thread) {
   }
   float* part = set.down[lane].data() + static_cast<int64_t>(g.first) * w.hidden + c0;
   {
-    const KernelTimer timer(impl_->threads[thread].kernel_ns);
+    const ThreadTimer timer(impl_->threads[thread].kernel_ns);
     set.down_dot(w.down.Expert(g.expert) + c0 * w.down.row_bytes, w.down.row_bytes, nc, w.n_ff, act,
                  g.count, part, w.hidden);
   }
@@ -1186,8 +1295,7 @@ void ExpertPool::RunItem(JobSet& set, uint32_t item, int lane, int thread) {
   // The run that completes the column slice, over every group, adds every job's weighted partial
   // into `out`, in job order (deterministic), each from the lane that won its B item. Acq_rel: it
   // sees the other groups' partials, whose runs counted with release.
-  if (set.slice_done[slice].n.fetch_add(1, std::memory_order_acq_rel) + 1 ==
-      static_cast<uint32_t>(set.n_groups)) {
+  if (set.slice_done.Add(slice, std::memory_order_acq_rel) == static_cast<uint32_t>(set.n_groups)) {
     const int64_t c1 = std::min<int64_t>(c0 + set.out_slice, w.hidden);
     for (int j = 0; j < set.n_jobs; ++j) {
       const ExpertJob& job = set.sorted[j];
@@ -1224,7 +1332,7 @@ void ExpertPool::RunMatrixItem(JobSet& set, uint32_t item, int thread) {
   const int na = std::min(kMaxTileRows, set.n_rows - a0);
   const uint8_t* act[kMaxTileRows];
   for (int a = 0; a < na; ++a) act[a] = set.xq.data() + (a0 + a) * set.xq_stride;
-  const KernelTimer timer(impl_->threads[thread].kernel_ns);
+  const ThreadTimer timer(impl_->threads[thread].kernel_ns);
   set.product_dots[p](w.data + r0 * w.row_bytes, w.row_bytes, nr, w.cols, act, na,
                       set.products[p].y + static_cast<int64_t>(a0) * w.rows + r0, w.rows);
 }

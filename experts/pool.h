@@ -183,11 +183,28 @@ class ExpertPool {
   // Items run a second time because their first run was late (PoolOptions::backup_us), since
   // Create.
   uint64_t backups() const;
-  // Nanoseconds all threads together spent in the gate/up and down kernel calls (and MatMul's;
-  // waits for the items they read excluded), since Create: against threads × wall time, how much of
-  // a layer the threads spent streaming weights. Each call's time is added before its item counts
-  // as done.
-  uint64_t kernel_ns() const;
+  // Where the threads' time went, in nanoseconds summed over all threads since Create: against
+  // threads × wall time, how much of a layer they spent streaming weights and what the rest was.
+  // Complete once WaitIdle() has returned (a worker adds its stay in a job as it leaves).
+  struct ThreadTimes {
+    // Inside jobs: from a thread's entry into a job to its leaving when nothing is left to claim
+    // (the caller's join excluded). threads × wall − job_ns − join_ns is the time threads were
+    // not in a job at all: arriving late, or done with their items before others were.
+    uint64_t job_ns = 0;
+    // In the gate/up and down kernel calls, and MatMul's (part of job_ns).
+    uint64_t kernel_ns = 0;
+    // Items waiting for the items they read (part of job_ns), by the waiting item's phase: gate/up
+    // for the converted rows, quantise-for-down for its gate/up items, down for its quantised
+    // rows. Backup runs a waiting thread makes (PoolOptions::backup_us) count as waiting (and
+    // their kernel calls in kernel_ns too).
+    uint64_t gate_up_wait_ns = 0, quantise_wait_ns = 0, down_wait_ns = 0;
+    // The caller waiting for the job's last items once its own claims ran out.
+    uint64_t join_ns = 0;
+    // The caller preparing each Run's job before it announces it (the workers wait meanwhile: part
+    // of their time out of the job).
+    uint64_t setup_ns = 0;
+  };
+  ThreadTimes thread_times() const;
 
   const std::vector<PoolNode>& nodes() const { return nodes_; }
   int threads() const { return n_threads_; }

@@ -341,6 +341,42 @@ TEST(PoolTest, EmptyJobsAndEmptyDispatchReturn) {
   EXPECT_EQ(out, std::vector<float>(64, 3.0f));
 }
 
+// ExpertPool::thread_times: the parts of a job (kernels, waits) fit inside the threads' stays in
+// it, and the stays plus the caller's join fit inside threads × the layers' wall time. Small jobs
+// have no quantise-for-down items, so nothing waits in one; large jobs do.
+TEST(PoolTest, ThreadTimesAddUpWithinTheLayers) {
+  const ExpertData d = MakeExperts(GgmlType::kQ4_K, 512, 256, 12, 31);
+  auto pool = ExpertPool::Create({.threads = 3, .backup_us = -1});
+  ASSERT_TRUE(pool.ok());
+  ExpertPool& p = **pool;
+  auto time_layers = [&](int n_rows, int k, int layers) {
+    double wall_s = 0;
+    for (int layer = 0; layer < layers; ++layer) {
+      const std::vector<ExpertJob> jobs = RandomJobs(n_rows, 12, k, layer + 70);
+      const std::vector<float> x = RandomFloats(n_rows * d.hidden, layer + 80, 1.0f);
+      std::vector<float> out(x.size(), 0.0f);
+      const auto t0 = std::chrono::steady_clock::now();
+      EXPECT_TRUE(p.Run(d.w, jobs, x.data(), n_rows, out.data()).ok());
+      wall_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    p.WaitIdle();
+    return wall_s;
+  };
+  const ExpertPool::ThreadTimes zero = p.thread_times();
+  EXPECT_EQ(zero.job_ns, 0u);
+  const double small_s = time_layers(2, 4, 40);  // 9 jobs: small
+  const ExpertPool::ThreadTimes small = p.thread_times();
+  EXPECT_GT(small.kernel_ns, 0u);
+  EXPECT_EQ(small.quantise_wait_ns, 0u);
+  EXPECT_LE(small.kernel_ns + small.gate_up_wait_ns + small.down_wait_ns, small.job_ns);
+  // (+1 ms: a worker that sees a job only after its join enters it and leaves with nothing.)
+  EXPECT_LE(static_cast<double>(small.job_ns + small.join_ns) * 1e-9, 3 * small_s + 1e-3);
+  time_layers(40, 4, 10);  // 161 jobs: large, with quantise-for-down items
+  const ExpertPool::ThreadTimes all = p.thread_times();
+  EXPECT_GT(all.kernel_ns, small.kernel_ns);
+  EXPECT_LE(all.kernel_ns + all.gate_up_wait_ns + all.quantise_wait_ns + all.down_wait_ns,
+            all.job_ns);
+}
 // Which node's threads run an item never changes a result (pool.cc), so pools planned over 2 and 3
 // synthetic NUMA nodes must match one node bit for bit, with experts homed on every node and
 // shared by rows; and every node-list item is counted once, at home or away.

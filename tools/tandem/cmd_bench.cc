@@ -8,9 +8,10 @@
 // fifth's ratio is taken against that measurement (TimeLayer): on a shared host (the 16-core H200
 // host moved between 55 and 102 GB/s within one run, 2026-11-30) a single figure from the start
 // compared layers with another moment's machine. Each case also reports the share of the threads'
-// time spent inside the expert kernels and their rate there (ExpertPool::kernel_ns). Two more cases
-// time the cpu backend's dense half on the same threads (one qwen3-30b-a3b attention layer's Q8_0
-// projections, q/k/v as one MatMul or three); they are not part of the summary.
+// time spent inside the expert kernels, their rate there, and where the rest of the threads' time
+// went (ExpertPool::thread_times). Two more cases time the cpu backend's dense half on the same
+// threads (one qwen3-30b-a3b attention layer's Q8_0 projections, q/k/v as one MatMul or three);
+// they are not part of the summary.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -83,7 +84,7 @@ struct Rounds {
   // (a thread descheduled while it held an item) or every layer slow (memory contended).
   std::vector<double> layer_s;
   int64_t layers = 0;
-  double kernel_s = 0;  // all threads' time inside kernels (ExpertPool::kernel_ns)
+  experts::ExpertPool::ThreadTimes times;  // the pool's thread times over the timed calls
 };
 
 Rounds TimeRounds(experts::ExpertPool& pool, StreamProbe& stream, double seconds, double bytes,
@@ -91,7 +92,7 @@ Rounds TimeRounds(experts::ExpertPool& pool, StreamProbe& stream, double seconds
   constexpr int kRounds = 5;
   Rounds r;
   r.layer_s.reserve(1 << 16);
-  const uint64_t kernel_ns_before = pool.kernel_ns();
+  const experts::ExpertPool::ThreadTimes before = pool.thread_times();
   for (int round = 0; round < kRounds; ++round) {
     r.round_stream.push_back(stream.Measure(2));
     int64_t round_layers = 0;
@@ -106,7 +107,15 @@ Rounds TimeRounds(experts::ExpertPool& pool, StreamProbe& stream, double seconds
     r.round_ratio.push_back(bytes / r.round_s.back() / 1e9 / r.round_stream.back());
     r.layers += round_layers;
   }
-  r.kernel_s = static_cast<double>(pool.kernel_ns() - kernel_ns_before) * 1e-9;
+  pool.WaitIdle();  // every worker has added its last stay in a job
+  const experts::ExpertPool::ThreadTimes after = pool.thread_times();
+  r.times = {.job_ns = after.job_ns - before.job_ns,
+             .kernel_ns = after.kernel_ns - before.kernel_ns,
+             .gate_up_wait_ns = after.gate_up_wait_ns - before.gate_up_wait_ns,
+             .quantise_wait_ns = after.quantise_wait_ns - before.quantise_wait_ns,
+             .down_wait_ns = after.down_wait_ns - before.down_wait_ns,
+             .join_ns = after.join_ns - before.join_ns,
+             .setup_ns = after.setup_ns - before.setup_ns};
   return r;
 }
 
@@ -130,25 +139,45 @@ std::string ReportRounds(const experts::ExpertPool& pool, const Rounds& r, doubl
   j["layer_us_p99"] = p99 * 1e6;
   j["layer_us_max"] = slowest * 1e6;
   j["bandwidth_ratio_p50_layer"] = bytes / p50 / 1e9 / stream_gbps;
-  // Of the threads' time in the timed layers, the share spent inside the kernel calls (the rest:
-  // waiting for items, claiming, quantising, summing, dispatch and join), and the rate the threads
-  // streamed weights at while inside them.
+  // Of the threads' time in the timed layers (threads × the layers' wall time), the share spent
+  // inside the kernel calls, and the rate the threads streamed weights at while inside them; then
+  // where the rest went (ExpertPool::ThreadTimes): items waiting for the items they read, the rest
+  // of the items (claims, quantising, SiLU, the weighted sums), the caller's join, and threads out
+  // of the job (arriving late, or done with their claims before others were).
   double layers_s = 0;
   for (double l : r.layer_s) layers_s += l;
-  const double kernel_share = r.kernel_s / (pool.threads() * layers_s);
-  const double kernel_gbps =
-      bytes * static_cast<double>(r.layers) / (r.kernel_s / pool.threads()) / 1e9;
+  const double thread_s = pool.threads() * layers_s;
+  const auto share = [thread_s](uint64_t ns) { return static_cast<double>(ns) * 1e-9 / thread_s; };
+  const experts::ExpertPool::ThreadTimes& t = r.times;
+  const double kernel_share = share(t.kernel_ns);
+  const double kernel_gbps = bytes * static_cast<double>(r.layers) /
+                             (static_cast<double>(t.kernel_ns) * 1e-9 / pool.threads()) / 1e9;
+  const double waits[3] = {share(t.gate_up_wait_ns), share(t.quantise_wait_ns),
+                           share(t.down_wait_ns)};
+  const double in_items = share(t.job_ns) - kernel_share - waits[0] - waits[1] - waits[2];
+  const double outside = 1.0 - share(t.job_ns) - share(t.join_ns);
   j["kernel_share"] = kernel_share;
   j["kernel_gbps"] = kernel_gbps;
+  j["thread_time_shares"] = {{"kernels", kernel_share},
+                             {"gate_up_waits", waits[0]},
+                             {"quantise_waits", waits[1]},
+                             {"down_waits", waits[2]},
+                             {"rest_of_items", in_items},
+                             {"caller_join", share(t.join_ns)},
+                             {"outside_the_job", outside},
+                             // of which: every thread while the caller set the job up
+                             {"setup", share(t.setup_ns) * pool.threads()}};
   const auto [lo, hi] = std::minmax_element(r.round_ratio.begin(), r.round_ratio.end());
-  char line[512];
+  char line[640];
   std::snprintf(line, sizeof(line),
                 "%9.1f us/layer  %6.2f GB/s  %.2f of stream (%.1f GB/s; rounds %.2f-%.2f; layers "
                 "p50 %.1f p90 %.1f p99 %.1f max %.1f us; %lld layers; kernels %.2f of thread "
-                "time, %.1f GB/s inside)",
+                "time, %.1f GB/s inside; waits %.3f/%.3f/%.3f, rest of items %.3f, join %.3f, "
+                "outside %.3f, setup %.3f)",
                 s * 1e6, bytes / s / 1e9, ratio, stream_gbps, *lo, *hi, p50 * 1e6, p90 * 1e6,
                 p99 * 1e6, slowest * 1e6, static_cast<long long>(r.layers), kernel_share,
-                kernel_gbps);
+                kernel_gbps, waits[0], waits[1], waits[2], in_items, share(t.join_ns), outside,
+                share(t.setup_ns) * pool.threads());
   return line;
 }
 
