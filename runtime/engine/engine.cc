@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "experts/attention.h"
 #include "experts/pool.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/reference/matmul.h"
@@ -72,7 +73,8 @@ class PoolExpertComputer : public reference::ExpertComputer {
   std::vector<experts::ExpertJob> jobs_;
 };
 
-// The cpu backend's dense half on the expert pool's threads: its products and its per-head loops.
+// The cpu backend's dense half on the expert pool's threads: its products, the attention of
+// decode and verify rows (experts::Attend), and its other per-head loops.
 // A matrix in a format the pool has no kernel for (q4_1, q5_0, q5_1) runs in the reference's fp32
 // MatMul instead, which Load reports in the engine's notes.
 class PoolDenseComputer : public reference::DenseComputer {
@@ -112,8 +114,28 @@ class PoolDenseComputer : public reference::DenseComputer {
     pool_->ParallelFor(n, (n + 4 * pool_->threads() - 1) / (4 * pool_->threads()), body);
   }
 
+  int MaxAttendRows() const override { return experts::kMaxAttendRows; }
+
+  absl::Status Attend(const reference::AttentionRows& a) override {
+    const experts::AttentionProblem p{.q = a.q,
+                                      .q_row_stride = a.q_row_stride,
+                                      .q_head_stride = a.q_head_stride,
+                                      .k = a.k_cache,
+                                      .v = a.v_cache,
+                                      .kv_stride = a.kv_stride,
+                                      .n_head = a.n_head,
+                                      .n_head_kv = a.n_head_kv,
+                                      .head_dim = a.head_dim,
+                                      .n_past = a.n_past,
+                                      .n_rows = a.n_rows,
+                                      .scale = a.scale,
+                                      .out = a.out};
+    return experts::Attend(*pool_, pool_->isa(), p, attention_scratch_);
+  }
+
  private:
   experts::ExpertPool* pool_;
+  experts::AttentionScratch attention_scratch_;
   std::vector<bool> done_;                   // per product of the current call
   std::vector<experts::MatrixProduct> job_;  // the products of one pool job
 };

@@ -194,6 +194,31 @@ absl::Status ReferenceForward::Attention(const Layer& w, LayerState& ls, int n_p
   const int group = hp.n_head / hp.n_head_kv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   std::vector<float> attn(static_cast<size_t>(T) * hp.n_head * hd);
+  if (options.dense != nullptr && T <= options.dense->MaxAttendRows()) {
+    const AttentionRows rows{.q = q.data(),
+                             .q_row_stride = q_rows,
+                             .q_head_stride = q_stride,
+                             .k_cache = ls.k_cache.data(),
+                             .v_cache = ls.v_cache.data(),
+                             .kv_stride = kv_dim,
+                             .n_head = hp.n_head,
+                             .n_head_kv = hp.n_head_kv,
+                             .head_dim = hd,
+                             .n_past = n_past,
+                             .n_rows = T,
+                             .scale = scale,
+                             .out = attn.data()};
+    TANDEM_RETURN_IF_ERROR(options.dense->Attend(rows));
+    if (gated) {
+      for (int64_t th = 0; th < static_cast<int64_t>(T) * hp.n_head; ++th) {
+        float* o = &attn[static_cast<size_t>(th) * hd];
+        const float* gate =
+            &q[static_cast<size_t>(th / hp.n_head) * q_rows + (th % hp.n_head) * q_stride + hd];
+        for (int d = 0; d < hd; ++d) o[d] *= Sigmoid(gate[d]);
+      }
+    }
+    return Product(options, *w.wo, hp.n_embd, attn.data(), T, out);
+  }
   // Three passes, each split into many independent indices so that a decode row's few heads still
   // spread over every thread: scores per (row, key-value head, block of keys), softmax per (row,
   // head), and values per (row, key-value head, block of dims). The first and last take each key's

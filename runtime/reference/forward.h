@@ -53,6 +53,20 @@ struct DenseProduct {
   float* y = nullptr;
 };
 
+// One attention over the cache for a few rows (DenseComputer::Attend): for row t < n_rows (at
+// position n_past + t, seeing positions 0 .. n_past + t) and query head h, out[t][h] =
+// softmax_j(scale · q·k_j) · v_j over key-value head h / (n_head / n_head_kv), before any gate.
+struct AttentionRows {
+  const float* q = nullptr;  // row t, head h at q + t * q_row_stride + h * q_head_stride
+  int64_t q_row_stride = 0, q_head_stride = 0;
+  const float* k_cache = nullptr;  // position j, key-value head g at + j * kv_stride + g * head_dim
+  const float* v_cache = nullptr;
+  int64_t kv_stride = 0;
+  int n_head = 0, n_head_kv = 0, head_dim = 0, n_past = 0, n_rows = 0;
+  float scale = 0;
+  float* out = nullptr;  // row t, head h at out + (t * n_head + h) * head_dim
+};
+
 // A faster computer of the dense half (the expert pool's threads, wired in by the engine).
 class DenseComputer {
  public:
@@ -63,6 +77,14 @@ class DenseComputer {
   // Calls body(begin, end) over ranges covering [0, n), concurrently, and returns when all have
   // run: the per-head loops (attention over the cache, DeltaNet's state update).
   virtual void ParallelFor(int64_t n, const std::function<void(int64_t, int64_t)>& body) = 0;
+  // Most rows Attend takes (0: none); batches with more rows (prefill) run the reference's loop
+  // through ParallelFor.
+  virtual int MaxAttendRows() const { return 0; }
+  // The attention of a few decode or verify rows, equal to the reference's loop up to float
+  // rounding.
+  virtual absl::Status Attend(const AttentionRows& /*rows*/) {
+    return absl::UnimplementedError("this dense computer has no attention");
+  }
 };
 
 struct ForwardOptions {
@@ -72,8 +94,9 @@ struct ForwardOptions {
   // When set, routed experts run here instead of in fp32.
   ExpertComputer* experts = nullptr;
   // When set, every product with a whole weight matrix (attention and DeltaNet projections,
-  // router, shared expert, output) runs here instead of in fp32, and the per-head loops run on its
-  // threads (same arithmetic). The routed experts' fp32 path (experts unset) stays in fp32.
+  // router, shared expert, output) runs here instead of in fp32, the attention of up to
+  // MaxAttendRows rows too (fp32 in its own order), and the other per-head loops run on its threads
+  // (same arithmetic). The routed experts' fp32 path (experts unset) stays in fp32.
   DenseComputer* dense = nullptr;
 };
 
