@@ -7,7 +7,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "experts/attention.h"
 #include "experts/pool.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/reference/matmul.h"
@@ -73,6 +72,28 @@ class PoolExpertComputer : public reference::ExpertComputer {
   std::vector<experts::ExpertJob> jobs_;
 };
 
+}  // namespace
+
+absl::Status AttendOnPool(experts::ExpertPool& pool, const reference::AttentionRows& rows,
+                          experts::AttentionScratch& scratch) {
+  const experts::AttentionProblem p{.q = rows.q,
+                                    .q_row_stride = rows.q_row_stride,
+                                    .q_head_stride = rows.q_head_stride,
+                                    .k = rows.k_cache,
+                                    .v = rows.v_cache,
+                                    .kv_stride = rows.kv_stride,
+                                    .n_head = rows.n_head,
+                                    .n_head_kv = rows.n_head_kv,
+                                    .head_dim = rows.head_dim,
+                                    .n_past = rows.n_past,
+                                    .n_rows = rows.n_rows,
+                                    .scale = rows.scale,
+                                    .out = rows.out};
+  return experts::Attend(pool, pool.isa(), p, scratch);
+}
+
+namespace {
+
 // The cpu backend's dense half on the expert pool's threads: its products, the attention of
 // decode and verify rows (experts::Attend), and its other per-head loops.
 // A matrix in a format the pool has no kernel for (q4_1, q5_0, q5_1) runs in the reference's fp32
@@ -116,21 +137,8 @@ class PoolDenseComputer : public reference::DenseComputer {
 
   int MaxAttendRows() const override { return experts::kMaxAttendRows; }
 
-  absl::Status Attend(const reference::AttentionRows& a) override {
-    const experts::AttentionProblem p{.q = a.q,
-                                      .q_row_stride = a.q_row_stride,
-                                      .q_head_stride = a.q_head_stride,
-                                      .k = a.k_cache,
-                                      .v = a.v_cache,
-                                      .kv_stride = a.kv_stride,
-                                      .n_head = a.n_head,
-                                      .n_head_kv = a.n_head_kv,
-                                      .head_dim = a.head_dim,
-                                      .n_past = a.n_past,
-                                      .n_rows = a.n_rows,
-                                      .scale = a.scale,
-                                      .out = a.out};
-    return experts::Attend(*pool_, pool_->isa(), p, attention_scratch_);
+  absl::Status Attend(const reference::AttentionRows& rows) override {
+    return AttendOnPool(*pool_, rows, attention_scratch_);
   }
 
  private:

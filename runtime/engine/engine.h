@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "experts/attention.h"
 #include "experts/pool.h"
 #include "oneapi/tbb/global_control.h"
 #include "runtime/model/model.h"
@@ -80,6 +81,11 @@ class Session;
 // Why `--backend cuda` cannot run in this process ("" when it can): no CUDA in this build, or no
 // usable device.
 std::string CudaBackendUnavailableReason();
+
+// The cpu backend's attention of a decode or verify step: `rows`, from the reference's forward pass
+// (reference::DenseComputer::Attend), on the pool's threads (experts::Attend).
+absl::Status AttendOnPool(experts::ExpertPool& pool, const reference::AttentionRows& rows,
+                          experts::AttentionScratch& scratch);
 
 class Engine {
  public:

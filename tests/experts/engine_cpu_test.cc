@@ -139,7 +139,8 @@ TEST(CpuBackendTest, AutoWithoutAGpuTakesCpuElseReference) {
   }
 }
 
-// A dense computer that runs only the attention on the pool (experts::Attend) and everything else
+// A dense computer that runs only the attention on the pool (AttendOnPool, as the cpu backend
+// does) and everything else
 // as the reference does (its fp32 MatMul, loops in order on this thread), so logits differ from
 // the plain reference's by the attention's float rounding alone.
 class AttendOnlyComputer : public reference::DenseComputer {
@@ -156,23 +157,9 @@ class AttendOnlyComputer : public reference::DenseComputer {
     body(0, n);
   }
   int MaxAttendRows() const override { return experts::kMaxAttendRows; }
-  absl::Status Attend(const reference::AttentionRows& a) override {
+  absl::Status Attend(const reference::AttentionRows& rows) override {
     ++calls;
-    return experts::Attend(*pool_, pool_->isa(),
-                           {.q = a.q,
-                            .q_row_stride = a.q_row_stride,
-                            .q_head_stride = a.q_head_stride,
-                            .k = a.k_cache,
-                            .v = a.v_cache,
-                            .kv_stride = a.kv_stride,
-                            .n_head = a.n_head,
-                            .n_head_kv = a.n_head_kv,
-                            .head_dim = a.head_dim,
-                            .n_past = a.n_past,
-                            .n_rows = a.n_rows,
-                            .scale = a.scale,
-                            .out = a.out},
-                           scratch_);
+    return AttendOnPool(*pool_, rows, scratch_);
   }
   int calls = 0;
 
