@@ -185,7 +185,8 @@ class ExpertPool {
   uint64_t backups() const;
   // Where the threads' time went, in nanoseconds summed over all threads since Create: against
   // threads × wall time, how much of a layer they spent streaming weights and what the rest was.
-  // Complete once WaitIdle() has returned (a worker adds its stay in a job as it leaves).
+  // Complete once WaitIdle() has returned (a worker adds its stay in a job as it leaves). A run that
+  // lost to its backup counts in full, also the part after its job's join.
   struct ThreadTimes {
     // Inside jobs: from a thread's entry into a job to its leaving when nothing is left to claim
     // (the caller's join excluded). threads × wall − job_ns − join_ns is the time threads were

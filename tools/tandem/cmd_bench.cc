@@ -143,7 +143,9 @@ std::string ReportRounds(const experts::ExpertPool& pool, const Rounds& r, doubl
   // inside the kernel calls, and the rate the threads streamed weights at while inside them; then
   // where the rest went (ExpertPool::ThreadTimes): items waiting for the items they read, the rest
   // of the items (claims, quantising, SiLU, the weighted sums), the caller's join, and threads out
-  // of the job (arriving late, or done with their claims before others were).
+  // of the job (arriving late, or done with their claims before others were). A backup run that
+  // lost goes on after its layer and counts in full, so with backups the shares can sum past 1
+  // (and "out of the job" fall below 0) by that much.
   double layers_s = 0;
   for (double l : r.layer_s) layers_s += l;
   const double thread_s = pool.threads() * layers_s;
