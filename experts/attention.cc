@@ -65,9 +65,9 @@ absl::Status Attend(ExpertPool& pool, Isa isa, const AttentionProblem& p,
   const int64_t chunk = std::clamp<int64_t>((per_chunk + 15) / 16 * 16, kMinChunk, kMaxChunk);
   const int64_t n_chunks = (max_keys + chunk - 1) / chunk;
   const int64_t slot = 2 + p.head_dim;  // max, sum, weighted values
-  scratch.partial.resize(std::max(
-      scratch.partial.size(),
-      static_cast<size_t>(p.n_rows) * p.n_head * n_chunks * static_cast<size_t>(slot)));
+  scratch.partial.resize(
+      std::max(scratch.partial.size(),
+               static_cast<size_t>(p.n_rows) * p.n_head * n_chunks * static_cast<size_t>(slot)));
   float* const partial = scratch.partial.data();
   auto partial_at = [&](int64_t t, int64_t h, int64_t c) {
     return partial + ((t * p.n_head + h) * n_chunks + c) * slot;

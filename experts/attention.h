@@ -28,8 +28,8 @@ struct AttentionProblem {
   const float* v = nullptr;
   int64_t kv_stride = 0;
   int n_head = 0, n_head_kv = 0, head_dim = 0;  // n_head a multiple of n_head_kv
-  int n_past = 0;  // row t attends to positions 0 .. n_past + t
-  int n_rows = 0;  // 1 .. kMaxAttendRows
+  int n_past = 0;                               // row t attends to positions 0 .. n_past + t
+  int n_rows = 0;                               // 1 .. kMaxAttendRows
   float scale = 0;
   // Row t, head h: head_dim floats at out + (t * n_head + h) * head_dim, overwritten with
   // softmax_j(scale · q·k_j) · v_j over the head's key-value head h / (n_head / n_head_kv).

@@ -21,7 +21,8 @@ void AccumulateValues(const float* w, const float* v, int64_t stride, int64_t n,
   for (int r = 0; r < kVecs; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t j = 0; j < n; ++j, v += stride) {
     const __m256 wj = _mm256_broadcast_ss(w + j);
-    for (int r = 0; r < kVecs; ++r) acc[r] = _mm256_fmadd_ps(wj, _mm256_loadu_ps(v + 8 * r), acc[r]);
+    for (int r = 0; r < kVecs; ++r)
+      acc[r] = _mm256_fmadd_ps(wj, _mm256_loadu_ps(v + 8 * r), acc[r]);
   }
   for (int r = 0; r < kVecs; ++r) _mm256_storeu_ps(o + 8 * r, acc[r]);
 }
@@ -83,8 +84,10 @@ void AttendChunkAvx2(const AttendChunkArgs& a) {
     const float* w = a.scores + i * n;
     float* o = a.partial + i * a.partial_stride + 2;
     int d0 = 0;
-    for (; d0 + 64 <= hd; d0 += 64) AccumulateValues<8>(w, a.v + a.j0 * a.kv_stride + d0, a.kv_stride, n, o + d0);
-    for (; d0 < hd; d0 += 8) AccumulateValues<1>(w, a.v + a.j0 * a.kv_stride + d0, a.kv_stride, n, o + d0);
+    for (; d0 + 64 <= hd; d0 += 64)
+      AccumulateValues<8>(w, a.v + a.j0 * a.kv_stride + d0, a.kv_stride, n, o + d0);
+    for (; d0 < hd; d0 += 8)
+      AccumulateValues<1>(w, a.v + a.j0 * a.kv_stride + d0, a.kv_stride, n, o + d0);
   }
 }
 

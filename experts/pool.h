@@ -31,8 +31,8 @@ namespace tandem::experts {
 struct ExpertTensor {
   const uint8_t* data = nullptr;
   quant::GgmlType type = quant::GgmlType::kF32;
-  int64_t cols = 0;          // ne[0]: elements per row
-  int64_t rows = 0;          // ne[1]: rows per expert
+  int64_t cols = 0;  // ne[0]: elements per row
+  int64_t rows = 0;  // ne[1]: rows per expert
   int64_t row_bytes = 0;
   int64_t expert_bytes = 0;  // rows * row_bytes
   const uint8_t* Expert(int64_t e) const { return data + e * expert_bytes; }
@@ -119,7 +119,7 @@ struct PoolOptions {
   // pinned caller starts inherit its core (pthread affinity), so start them before, or bind them
   // (WideBinding in topology.h).
   bool pin = true;
-  bool numa = true;          // one arena per NUMA node (false: one arena over every core)
+  bool numa = true;  // one arena per NUMA node (false: one arena over every core)
   // An hwloc synthetic topology to plan threads for instead of this machine's, e.g.
   // "package:2 numa:1 core:4 pu:1" (for tests): nothing is pinned and BindWeights refuses.
   std::string synthetic_topology = {};
@@ -185,8 +185,8 @@ class ExpertPool {
   uint64_t backups() const;
   // Where the threads' time went, in nanoseconds summed over all threads since Create: against
   // threads × wall time, how much of a layer they spent streaming weights and what the rest was.
-  // Complete once WaitIdle() has returned (a worker adds its stay in a job as it leaves). A run that
-  // lost to its backup counts in full, also the part after its job's join.
+  // Complete once WaitIdle() has returned (a worker adds its stay in a job as it leaves). A run
+  // that lost to its backup counts in full, also the part after its job's join.
   struct ThreadTimes {
     // Inside jobs: from a thread's entry into a job to its leaving when nothing is left to claim
     // (the caller's join excluded). threads × wall − job_ns − join_ns is the time threads were

@@ -53,9 +53,9 @@ std::vector<float> ReferenceAttention(const AttentionProblem& p) {
 // the output is poisoned first. fp32 in another order than the double reference: measured worst
 // 6.9e-7 (2-core VM, scalar, AVX2 and AVX-512 pools); the bound leaves ~15x room.
 TEST(AttentionTest, MatchesDoubleReferenceAcrossShapesThreadsAndIsas) {
-  const Shape shapes[] = {{4, 1, 64, 0, 1},    {8, 2, 128, 37, 1},  {32, 4, 128, 700, 1},
-                          {6, 6, 36, 90, 3},   {16, 2, 256, 300, 4}, {4, 2, 64, 1500, 8},
-                          {8, 8, 128, 5, 8},   {12, 4, 80, 129, 2}};
+  const Shape shapes[] = {{4, 1, 64, 0, 1},  {8, 2, 128, 37, 1},   {32, 4, 128, 700, 1},
+                          {6, 6, 36, 90, 3}, {16, 2, 256, 300, 4}, {4, 2, 64, 1500, 8},
+                          {8, 8, 128, 5, 8}, {12, 4, 80, 129, 2}};
   const int all = std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
   for (const Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
     if (!CpuSupports(isa)) continue;
@@ -65,9 +65,8 @@ TEST(AttentionTest, MatchesDoubleReferenceAcrossShapesThreadsAndIsas) {
       AttentionScratch scratch;
       for (const Shape& s : shapes) {
         SCOPED_TRACE(testing::Message() << IsaName(isa) << ", " << threads << " threads, heads "
-                                        << s.n_head << "/" << s.n_head_kv << ", dim "
-                                        << s.head_dim << ", past " << s.n_past << ", rows "
-                                        << s.n_rows);
+                                        << s.n_head << "/" << s.n_head_kv << ", dim " << s.head_dim
+                                        << ", past " << s.n_past << ", rows " << s.n_rows);
         const int64_t q_stride = 2 * s.head_dim;  // query then gate, as gated attention lays out
         const int64_t kv_stride = static_cast<int64_t>(s.n_head_kv) * s.head_dim;
         const int positions = s.n_past + s.n_rows;
