@@ -395,7 +395,7 @@ constexpr int kSmallSets = 16;
 // (row, expert) jobs of a layer, at most, for it to be small: to take backups, and to have its
 // groups quantised by their last A items (a group of a small job has at most this many rows).
 constexpr int kMaxBackedUpJobs = 64;
-constexpr int kEpochSlots = 64;       // the set of epoch e is epoch_set[e % kEpochSlots]
+constexpr int kEpochSlots = 64;  // the set of epoch e is epoch_set[e % kEpochSlots]
 
 }  // namespace
 
@@ -429,9 +429,10 @@ struct ExpertPool::JobSet {
   std::vector<uint32_t> product_items;
   int row_slice = 0;
 
-  // Items done: of phase X (A waits for all); per group, its A then Q items (ReadyForDown when
-  // ready for B); per column slice, its B items over all groups (n_groups when its sum can
-  // be taken). The whole job's count is the threads' ThreadState::items_done.
+  // Items done: of phase X (A waits for all); per group, its A items then its quantise steps (its
+  // Q items, or one in a small job) when ready for B; per column slice, its B items over all groups
+  // (n_groups when its sum can be taken). The whole job's count is the threads'
+  // ThreadState::items_done.
   alignas(64) std::atomic<uint32_t> x_done{0};
   JobCounters group_done;
   JobCounters slice_done;
@@ -441,7 +442,7 @@ struct ExpertPool::JobSet {
 
   // Scratch. A and B items write their outputs in the lane of their run (0: the claimer, 1: the
   // backup); readers take each item's winning lane.
-  Scratch<uint8_t> xq, hq;  // converted activations: one per row, one per job slot
+  Scratch<uint8_t> xq, hq;        // converted activations: one per row, one per job slot
   Scratch<float> gate[2], up[2];  // per job slot, n_ff each: gate (then silu(gate)·up) and up
   Scratch<float> gathered;        // per job slot: silu(gate)·up from the winning lanes, for Q
   Scratch<float> down[2];         // per job slot: the expert's output before weighting
@@ -976,8 +977,8 @@ absl::Status ExpertPool::Run(const ExpertWeights& w, std::span<const ExpertJob> 
                          static_cast<uint64_t>(set.n_groups) * set.ff_slices + q_items +
                          static_cast<uint64_t>(set.n_groups) * set.out_slices;
   if (total > kMaxItems) {
-    return absl::ResourceExhaustedError(absl::StrCat("expert pool: a layer of ", total,
-                                                     " work items exceeds ", kMaxItems));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("expert pool: a layer of ", total, " work items exceeds ", kMaxItems));
   }
   set.phase_end[0] = n_rows;
   set.phase_end[1] = set.phase_end[0] + set.n_groups * set.ff_slices;
