@@ -1,10 +1,11 @@
-// Attention over a key-value cache for a few query rows (decode and speculative verify) on the
-// expert pool's threads: the cpu backend's per-layer attention, which the reference runs as plain
-// fp32 loops (runtime/reference). Split over keys as well as heads (each work item one chunk of
-// keys for one row and key-value head, with its own running max, sum and weighted values, merged
-// per head afterwards), so a single decode row spreads over every thread, and each key and value
-// is read once for all query heads of its group. fp32 throughout; sums run in another order than
-// the reference's, so results agree to float rounding, not bit for bit.
+// Attention over a key-value cache for up to kMaxAttendRows query rows (a decode or verify step,
+// or a block of a prefill) on the expert pool's threads: the cpu backend's per-layer attention,
+// which the reference runs as plain fp32 loops (runtime/reference). Split over keys as well as
+// heads (each work item one chunk of keys for one row and key-value head, with its own running max,
+// sum and weighted values, merged per head afterwards), so a single decode row spreads over every
+// thread, and each key and value is read once for all query heads of its group. fp32 throughout;
+// sums run in another order than the reference's, so results agree to float rounding, not bit for
+// bit.
 #pragma once
 
 #include <cstdint>
@@ -15,8 +16,8 @@
 
 namespace tandem::experts {
 
-// Most query rows Attend takes: its partial results grow with rows × heads × chunks, so longer
-// batches (prefill) stay with the caller's own loop.
+// Most query rows Attend takes: its partial results grow with rows × heads × chunks, so callers
+// hand longer batches (prefill) over in blocks of this many rows.
 inline constexpr int kMaxAttendRows = 8;
 
 struct AttentionProblem {

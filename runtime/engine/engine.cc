@@ -94,8 +94,8 @@ absl::Status AttendOnPool(experts::ExpertPool& pool, const reference::AttentionR
 
 namespace {
 
-// The cpu backend's dense half on the expert pool's threads: its products, the attention of
-// decode and verify rows (experts::Attend), and its other per-head loops.
+// The cpu backend's dense half on the expert pool's threads: its products, its attention
+// (experts::Attend, a prefill in blocks of kMaxAttendRows rows), and its other per-head loops.
 // A matrix in a format the pool has no kernel for (q4_1, q5_0, q5_1) runs in the reference's fp32
 // MatMul instead, which Load reports in the engine's notes.
 class PoolDenseComputer : public reference::DenseComputer {

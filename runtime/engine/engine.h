@@ -82,8 +82,8 @@ class Session;
 // usable device.
 std::string CudaBackendUnavailableReason();
 
-// The cpu backend's attention of a decode or verify step: `rows`, from the reference's forward pass
-// (reference::DenseComputer::Attend), on the pool's threads (experts::Attend).
+// The cpu backend's attention of up to experts::kMaxAttendRows rows: `rows`, from the reference's
+// forward pass (reference::DenseComputer::Attend), on the pool's threads (experts::Attend).
 absl::Status AttendOnPool(experts::ExpertPool& pool, const reference::AttentionRows& rows,
                           experts::AttentionScratch& scratch);
 

@@ -194,21 +194,23 @@ absl::Status ReferenceForward::Attention(const Layer& w, LayerState& ls, int n_p
   const int group = hp.n_head / hp.n_head_kv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   std::vector<float> attn(static_cast<size_t>(T) * hp.n_head * hd);
-  if (options.dense != nullptr && T <= options.dense->MaxAttendRows()) {
-    const AttentionRows rows{.q = q.data(),
-                             .q_row_stride = q_rows,
-                             .q_head_stride = q_stride,
-                             .k_cache = ls.k_cache.data(),
-                             .v_cache = ls.v_cache.data(),
-                             .kv_stride = kv_dim,
-                             .n_head = hp.n_head,
-                             .n_head_kv = hp.n_head_kv,
-                             .head_dim = hd,
-                             .n_past = n_past,
-                             .n_rows = T,
-                             .scale = scale,
-                             .out = attn.data()};
-    TANDEM_RETURN_IF_ERROR(options.dense->Attend(rows));
+  if (const int block = options.dense != nullptr ? options.dense->MaxAttendRows() : 0; block > 0) {
+    for (int t0 = 0; t0 < T; t0 += block) {
+      const AttentionRows rows{.q = q.data() + static_cast<size_t>(t0) * q_rows,
+                               .q_row_stride = q_rows,
+                               .q_head_stride = q_stride,
+                               .k_cache = ls.k_cache.data(),
+                               .v_cache = ls.v_cache.data(),
+                               .kv_stride = kv_dim,
+                               .n_head = hp.n_head,
+                               .n_head_kv = hp.n_head_kv,
+                               .head_dim = hd,
+                               .n_past = n_past + t0,
+                               .n_rows = std::min(block, T - t0),
+                               .scale = scale,
+                               .out = attn.data() + static_cast<size_t>(t0) * hp.n_head * hd};
+      TANDEM_RETURN_IF_ERROR(options.dense->Attend(rows));
+    }
     if (gated) {
       for (int64_t th = 0; th < static_cast<int64_t>(T) * hp.n_head; ++th) {
         float* o = &attn[static_cast<size_t>(th) * hd];

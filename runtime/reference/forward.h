@@ -77,11 +77,10 @@ class DenseComputer {
   // Calls body(begin, end) over ranges covering [0, n), concurrently, and returns when all have
   // run: the per-head loops (attention over the cache, DeltaNet's state update).
   virtual void ParallelFor(int64_t n, const std::function<void(int64_t, int64_t)>& body) = 0;
-  // Most rows Attend takes (0: none); batches with more rows (prefill) run the reference's loop
-  // through ParallelFor.
+  // Most rows one Attend call takes (0: no Attend: the reference's own loop runs through
+  // ParallelFor); longer batches (prefill) come in blocks of this many rows.
   virtual int MaxAttendRows() const { return 0; }
-  // The attention of a few decode or verify rows, equal to the reference's loop up to float
-  // rounding.
+  // The attention of a few rows, equal to the reference's loop up to float rounding.
   virtual absl::Status Attend(const AttentionRows& /*rows*/) {
     return absl::UnimplementedError("this dense computer has no attention");
   }
@@ -94,9 +93,9 @@ struct ForwardOptions {
   // When set, routed experts run here instead of in fp32.
   ExpertComputer* experts = nullptr;
   // When set, every product with a whole weight matrix (attention and DeltaNet projections,
-  // router, shared expert, output) runs here instead of in fp32, the attention of up to
-  // MaxAttendRows rows too (fp32 in its own order), and the other per-head loops run on its threads
-  // (same arithmetic). The routed experts' fp32 path (experts unset) stays in fp32.
+  // router, shared expert, output) runs here instead of in fp32, the attention too where it has
+  // Attend (fp32 in its own order), and the other per-head loops run on its threads (same
+  // arithmetic). The routed experts' fp32 path (experts unset) stays in fp32.
   DenseComputer* dense = nullptr;
 };
 
