@@ -55,6 +55,10 @@ absl::Status Attend(ExpertPool& pool, Isa isa, const AttentionProblem& p,
         "attention: bad shape (rows ", p.n_rows, ", heads ", p.n_head, "/", p.n_head_kv,
         ", head dim ", p.head_dim, ", past ", p.n_past, ", kv stride ", p.kv_stride, ")"));
   }
+  if (!CpuSupports(isa)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("attention: this CPU cannot run the ", IsaName(isa), " kernels"));
+  }
   const int group = p.n_head / p.n_head_kv;
   const int64_t max_keys = static_cast<int64_t>(p.n_past) + p.n_rows;
   // Chunk length: about kItemsPerThread items per thread over (row, key-value head, chunk), in

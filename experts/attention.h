@@ -43,7 +43,8 @@ struct AttentionScratch {
 };
 
 // Runs `p` on the pool's threads with the kernel for `isa` (the pool's own ISA: scalar, or AVX2 +
-// FMA for kAvx2 and kAvx512). Checks the problem's shape: an error, never a partial result.
+// FMA for kAvx2 and kAvx512). A bad shape, or an ISA this CPU lacks, is an error, never a partial
+// result.
 absl::Status Attend(ExpertPool& pool, Isa isa, const AttentionProblem& p,
                     AttentionScratch& scratch);
 

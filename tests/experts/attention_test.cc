@@ -99,7 +99,7 @@ TEST(AttentionTest, MatchesDoubleReferenceAcrossShapesThreadsAndIsas) {
   }
 }
 
-TEST(AttentionTest, RefusesBadShapes) {
+TEST(AttentionTest, RefusesBadShapesAndIsasTheCpuLacks) {
   auto pool = ExpertPool::Create({.threads = 2});
   ASSERT_TRUE(pool.ok());
   AttentionScratch scratch;
@@ -130,6 +130,9 @@ TEST(AttentionTest, RefusesBadShapes) {
   bad = good;
   bad.out = nullptr;
   EXPECT_FALSE(Attend(**pool, Isa::kScalar, bad, scratch).ok());
+  for (const Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
+    EXPECT_EQ(Attend(**pool, isa, good, scratch).ok(), CpuSupports(isa)) << IsaName(isa);
+  }
 }
 
 }  // namespace
