@@ -211,13 +211,15 @@ absl::Status ReferenceForward::Attention(const Layer& w, LayerState& ls, int n_p
                                .out = attn.data() + static_cast<size_t>(t0) * hp.n_head * hd};
       TANDEM_RETURN_IF_ERROR(options.dense->Attend(rows));
     }
-    if (gated) {
-      for (int64_t th = 0; th < static_cast<int64_t>(T) * hp.n_head; ++th) {
-        float* o = &attn[static_cast<size_t>(th) * hd];
-        const float* gate =
-            &q[static_cast<size_t>(th / hp.n_head) * q_rows + (th % hp.n_head) * q_stride + hd];
-        for (int d = 0; d < hd; ++d) o[d] *= Sigmoid(gate[d]);
-      }
+    if (gated) {  // per (row, head), on the computer's threads as the loop below gates
+      ForEachRange(options, static_cast<int64_t>(T) * hp.n_head, [&](int64_t begin, int64_t end) {
+        for (int64_t th = begin; th < end; ++th) {
+          float* o = &attn[static_cast<size_t>(th) * hd];
+          const float* gate =
+              &q[static_cast<size_t>(th / hp.n_head) * q_rows + (th % hp.n_head) * q_stride + hd];
+          for (int d = 0; d < hd; ++d) o[d] *= Sigmoid(gate[d]);
+        }
+      });
     }
     return Product(options, *w.wo, hp.n_embd, attn.data(), T, out);
   }

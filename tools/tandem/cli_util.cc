@@ -1,7 +1,5 @@
 #include "tools/tandem/cli_util.h"
 
-#include "nlohmann/json.hpp"
-
 #include <unistd.h>
 
 #include <cerrno>
@@ -13,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "nlohmann/json.hpp"
 #include "runtime/base/progress.h"
 #include "runtime/base/sizes.h"
 
