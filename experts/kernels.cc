@@ -63,8 +63,11 @@ void SiluMul(Isa isa, float* h, const float* u, int64_t n) {
   }
 }
 
-DotFn GetDotKernel(Isa isa, quant::GgmlType type) {
+DotFn GetDotKernel(Isa isa, quant::GgmlType type, WeightLayout layout) {
   if (!CpuSupports(isa)) return nullptr;
+  if (layout == WeightLayout::kRows8) {
+    return isa == Isa::kAvx512 ? GetAvx512Rows8Kernel(type) : nullptr;
+  }
   switch (isa) {
     case Isa::kScalar: return GetScalarKernel(type);
     case Isa::kAvx2: return GetAvx2Kernel(type);

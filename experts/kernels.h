@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "experts/isa.h"
+#include "experts/rows8.h"
 #include "runtime/quant/ggml_type.h"
 
 namespace tandem::experts {
@@ -44,8 +45,10 @@ void QuantizeActivations(quant::GgmlType type, const float* x, int64_t n, uint8_
 using DotFn = void (*)(const uint8_t* w, int64_t w_stride, int n_wrows, int64_t k,
                        const uint8_t* const* act, int n_act, float* out, int64_t out_stride);
 
-// The kernel for (isa, type); nullptr when SupportsFormat(type) is false or the CPU lacks `isa`.
-DotFn GetDotKernel(Isa isa, quant::GgmlType type);
+// The kernel for (isa, type) over weights in `layout`; nullptr when SupportsFormat(type) is false,
+// the CPU lacks `isa`, or there is no kernel for that layout (kRows8: Q4_K on kAvx512 only; its
+// n_wrows must be a multiple of 8 and w the first row of a group).
+DotFn GetDotKernel(Isa isa, quant::GgmlType type, WeightLayout layout = WeightLayout::kGguf);
 
 // SwiGLU between gate/up and down: h[i] = silu(h[i]) · u[i] = h[i] / (1 + e^-h[i]) · u[i] for
 // i < n. kScalar calls libm's expf per element (~5 ns each: at 4 rows the 512 calls of a gate/up

@@ -8,6 +8,7 @@
 
 #include <type_traits>
 
+#include "experts/kernel_rows8_avx512.h"
 #include "experts/kernel_simd.h"
 #include "experts/kernel_vnni_rows.h"
 #include "experts/kernels_internal.h"
@@ -125,6 +126,10 @@ struct Avx512Policy {
 
 DotFn GetAvx512Kernel(quant::GgmlType type) {
   return DispatchFormat<SimdMaker<Avx512Policy>>(type);
+}
+
+DotFn GetAvx512Rows8Kernel(quant::GgmlType type) {
+  return type == quant::GgmlType::kQ4_K ? &DotRows8Q4K : nullptr;
 }
 
 }  // namespace tandem::experts

@@ -919,10 +919,15 @@ absl::Status ExpertPool::Run(const ExpertWeights& w, std::span<const ExpertJob> 
   }
   if (jobs.empty()) return absl::OkStatus();
   const int64_t setup_start_ns = NowNs();
-  const DotFn gate_up_dot = GetDotKernel(isa_, w.gate.type);
-  const DotFn down_dot = GetDotKernel(isa_, w.down.type);
-  if (gate_up_dot == nullptr || down_dot == nullptr) {
-    return absl::UnimplementedError("expert pool: no kernel for these weight types on this ISA");
+  const DotFn gate_up_dot = GetDotKernel(isa_, w.gate.type, w.gate.layout);
+  const DotFn down_dot = GetDotKernel(isa_, w.down.type, w.down.layout);
+  if (gate_up_dot == nullptr || down_dot == nullptr || w.up.layout != w.gate.layout) {
+    return absl::UnimplementedError(absl::StrCat(
+        "expert pool: no ", IsaName(isa_), " kernel for these expert weights (gate/up ",
+        quant::GetTypeInfo(w.gate.type).name, " in the ", WeightLayoutName(w.gate.layout),
+        " layout, up in the ", WeightLayoutName(w.up.layout), " layout, down ",
+        quant::GetTypeInfo(w.down.type).name, " in the ", WeightLayoutName(w.down.layout),
+        " layout)"));
   }
   const bool small = static_cast<int>(jobs.size()) <= kMaxBackedUpJobs;
   JobSet& set = TakeJobSet(small, small && backup_us_ >= 0);

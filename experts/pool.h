@@ -35,6 +35,8 @@ struct ExpertTensor {
   int64_t rows = 0;  // ne[1]: rows per expert
   int64_t row_bytes = 0;
   int64_t expert_bytes = 0;  // rows * row_bytes
+  // kRows8: each expert's slab repacked (rows8.h, PackedExperts), the same bytes in another order.
+  WeightLayout layout = WeightLayout::kGguf;
   const uint8_t* Expert(int64_t e) const { return data + e * expert_bytes; }
 };
 

@@ -15,11 +15,13 @@
 #include <sys/mman.h>
 
 #include <chrono>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
 
 #include "experts/isa.h"
+#include "experts/packed_experts.h"
 #include "tests/experts/test_util.h"
 
 namespace tandem::experts {
@@ -111,23 +113,36 @@ TEST_P(PoolTest, MatchesFp32ReferenceAcrossRowsThreadsAndIsas) {
     // Each forced ISA too (`--cpu-isa`): avx2 and avx512 have their own 2..8-row kernels.
     for (const char* isa : {"scalar", "avx2", "avx512", "auto"}) {
       if (!ResolveIsa(isa).ok()) continue;  // this CPU lacks it; kernels_test says which
-      std::vector<float> first;
-      for (int threads : {1, 2, all}) {
-        PoolOptions options;
-        options.threads = threads;
-        options.isa = isa;
-        auto pool = ExpertPool::Create(options);
-        ASSERT_TRUE(pool.ok()) << pool.status();
-        std::vector<float> out = base;
-        ASSERT_TRUE((*pool)->Run(d.w, jobs, x.data(), n_rows, out.data()).ok());
-        std::vector<float> delta(out.size());
-        for (size_t i = 0; i < out.size(); ++i) delta[i] = out[i] - base[i];
-        EXPECT_LT(NormalisedError(delta.data(), want_delta.data(), delta.size()), kLayerBound)
-            << isa << " threads " << threads;
-        if (first.empty()) {
-          first = out;
-        } else {
-          EXPECT_EQ(out, first) << "thread count changed the result: " << isa << " " << threads;
+      // And with the experts repacked where this ISA has a kernel for that (rows8.h).
+      for (bool repack : {false, true}) {
+        if (repack && !PackedExperts::WouldPack(d.w, *ResolveIsa(isa))) continue;
+        std::vector<float> first;
+        for (int threads : {1, 2, all}) {
+          PoolOptions options;
+          options.threads = threads;
+          options.isa = isa;
+          auto pool = ExpertPool::Create(options);
+          ASSERT_TRUE(pool.ok()) << pool.status();
+          std::optional<PackedExperts> packed;
+          if (repack) {
+            auto p = PackedExperts::Pack(d.w, **pool);
+            ASSERT_TRUE(p.ok()) << p.status();
+            EXPECT_EQ(p->packed_bytes(), 3 * d.w.gate.expert_bytes * d.w.n_expert);
+            packed.emplace(std::move(p).value());
+          }
+          const ExpertWeights& w = repack ? packed->weights() : d.w;
+          std::vector<float> out = base;
+          ASSERT_TRUE((*pool)->Run(w, jobs, x.data(), n_rows, out.data()).ok());
+          std::vector<float> delta(out.size());
+          for (size_t i = 0; i < out.size(); ++i) delta[i] = out[i] - base[i];
+          EXPECT_LT(NormalisedError(delta.data(), want_delta.data(), delta.size()), kLayerBound)
+              << isa << " threads " << threads << " repacked " << repack;
+          if (first.empty()) {
+            first = out;
+          } else {
+            EXPECT_EQ(out, first) << "thread count changed the result: " << isa << " " << threads
+                                  << " repacked " << repack;
+          }
         }
       }
     }
@@ -170,6 +185,16 @@ TEST_P(PoolManyRowsTest, PrefillRowsMatchScalarPool) {
       want_delta[i] = want[i] - base[i];
     }
     EXPECT_LT(NormalisedError(got_delta.data(), want_delta.data(), got.size()), kTiledBound);
+    // The rows8 kernel takes more than 8 rows in chunks of 8 (kernel_rows8_avx512.h).
+    if (PackedExperts::WouldPack(d.w, (*best)->isa())) {
+      auto packed = PackedExperts::Pack(d.w, **best);
+      ASSERT_TRUE(packed.ok()) << packed.status();
+      std::vector<float> repacked = base;
+      ASSERT_TRUE((*best)->Run(packed->weights(), jobs, x.data(), n_rows, repacked.data()).ok());
+      for (size_t i = 0; i < got.size(); ++i) got_delta[i] = repacked[i] - base[i];
+      EXPECT_LT(NormalisedError(got_delta.data(), want_delta.data(), got.size()), kTiledBound)
+          << "repacked";
+    }
   }
 }
 
@@ -286,6 +311,28 @@ TEST(PoolErrors, RefusesUnsupportedFormatsAndBadJobs) {
             absl::StatusCode::kOutOfRange);
   EXPECT_EQ(ExpertPool::Create({.threads = 1, .isa = "sse9"}).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// Repacked weights handed to a pool whose ISA has no kernel for their layout are refused by name,
+// and a pool without one packs nothing.
+TEST(PoolErrors, RefusesALayoutItsIsaHasNoKernelFor) {
+  if (!CpuSupports(Isa::kAvx512)) GTEST_SKIP() << "this CPU lacks avx512: nothing is repacked";
+  const ExpertData d = MakeExperts(GgmlType::kQ4_K, 256, 256, 2, 9);
+  auto avx512 = ExpertPool::Create({.threads = 1, .isa = "avx512"});
+  auto avx2 = ExpertPool::Create({.threads = 1, .isa = "avx2"});
+  ASSERT_TRUE(avx512.ok() && avx2.ok());
+  auto packed = PackedExperts::Pack(d.w, **avx512);
+  ASSERT_TRUE(packed.ok()) << packed.status();
+  EXPECT_EQ(packed->weights().gate.layout, WeightLayout::kRows8);
+  std::vector<float> x(256, 1.0f), out(256, 0.0f);
+  const std::vector<ExpertJob> jobs = {{0, 1, 1.0f}};
+  const absl::Status refused = (*avx2)->Run(packed->weights(), jobs, x.data(), 1, out.data());
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(refused.message().find("rows8"), std::string::npos) << refused;
+  auto not_packed = PackedExperts::Pack(d.w, **avx2);
+  ASSERT_TRUE(not_packed.ok());
+  EXPECT_EQ(not_packed->packed_bytes(), 0);
+  EXPECT_EQ(not_packed->weights().gate.data, d.w.gate.data);
 }
 
 // PoolOptions::pin: the calling thread runs on the core kept for it from its first call, and gets

@@ -1,0 +1,39 @@
+// Expert tensors repacked once, at load, into the layouts the pool's kernels read fastest on this
+// CPU (rows8.h: Q4_K on AVX-512), and owned here. The pool computes the same sums either way
+// (float rounding aside); packing trades a copy of those tensors in RAM and a pass over them at
+// load for 1.4-1.9x less kernel time a byte (docs/perf/experts.md, session 20).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "experts/pool.h"
+
+namespace tandem::experts {
+
+class PackedExperts {
+ public:
+  // Packs each expert tensor of `w` that `pool`'s ISA has a rows8 kernel for (CanPackRows8 and
+  // GetDotKernel(isa, type, kRows8)), gate and up only together, on the pool's threads. The rest
+  // of weights() still points into `w`'s memory, which must outlive this. ResourceExhausted when
+  // the copy cannot be allocated.
+  static absl::StatusOr<PackedExperts> Pack(const ExpertWeights& w, ExpertPool& pool);
+
+  // True when Pack would copy any tensor of `w` for `isa`.
+  static bool WouldPack(const ExpertWeights& w, Isa isa);
+
+  const ExpertWeights& weights() const { return weights_; }
+  // Bytes this object holds (the packed tensors).
+  int64_t packed_bytes() const { return packed_bytes_; }
+
+ private:
+  struct Free {
+    void operator()(uint8_t* p) const;
+  };
+  ExpertWeights weights_;
+  std::unique_ptr<uint8_t, Free> gate_, up_, down_;
+  int64_t packed_bytes_ = 0;
+};
+
+}  // namespace tandem::experts
