@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "experts/packed_experts.h"
 #include "experts/pool.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/reference/matmul.h"
@@ -48,7 +49,19 @@ namespace {
 // with the pool's message naming it).
 class PoolExpertComputer : public reference::ExpertComputer {
  public:
-  PoolExpertComputer(experts::ExpertPool* pool, int n_layer) : pool_(pool), layers_(n_layer) {}
+  PoolExpertComputer(experts::ExpertPool* pool, int n_layer)
+      : pool_(pool), layers_(n_layer), packed_(n_layer) {}
+
+  // The repacked experts of `layer`, nullptr when it was not repacked.
+  const experts::ExpertWeights* Layer(int layer) const {
+    return packed_[layer].has_value() ? &packed_[layer]->weights() : nullptr;
+  }
+
+  // Layer `layer`'s experts as repacked at load: the pool reads these instead of the model's.
+  void SetPacked(int layer, experts::PackedExperts packed) {
+    packed_[layer].emplace(std::move(packed));
+    layers_[layer] = packed_[layer]->weights();
+  }
 
   absl::Status ComputeExperts(int layer, const format::TensorInfo& gate_exps,
                               const format::TensorInfo& up_exps,
@@ -69,6 +82,7 @@ class PoolExpertComputer : public reference::ExpertComputer {
  private:
   experts::ExpertPool* pool_;
   std::vector<std::optional<experts::ExpertWeights>> layers_;
+  std::vector<std::optional<experts::PackedExperts>> packed_;  // owns the repacked layers' bytes
   std::vector<experts::ExpertJob> jobs_;
 };
 
@@ -207,19 +221,16 @@ void FallBackToCpu(const model::Model& model, const std::string& why, std::strin
   }
 }
 
-// Places every layer's experts on their home NUMA nodes (experts/topology.h) once, at load: this
-// reads the whole expert set (progress reported), so the first tokens neither fault pages in nor
-// read them across nodes. Layers whose experts the pool cannot run are left alone: the forward
-// pass reports those. Placement only changes speed, so a failure is a note.
-void BindExpertsToNodes(const model::Model& model, experts::ExpertPool& pool,
-                        const model::ProgressFn& progress, std::vector<std::string>* notes) {
-  std::vector<experts::ExpertWeights> layers;
+// Places the experts the pool will read (`layers`: repacked or the model's) on their home NUMA
+// nodes (experts/topology.h) once, at load: this reads the whole expert set (progress reported),
+// so the first tokens neither fault pages in nor read them across nodes. Placement only changes
+// speed, so a failure is a note.
+void BindExpertsToNodes(const std::vector<experts::ExpertWeights>& layers,
+                        experts::ExpertPool& pool, const model::ProgressFn& progress,
+                        std::vector<std::string>* notes) {
   uint64_t total = 0;
-  for (int il = 0; il < model.hparams().n_layer; ++il) {
-    const auto w = LayerExperts(model, il);
-    if (!w.has_value() || !w->ok()) continue;
-    total += static_cast<uint64_t>((*w)->ExpertBytes() * (*w)->n_expert);
-    layers.push_back(**w);
+  for (const experts::ExpertWeights& w : layers) {
+    total += static_cast<uint64_t>(w.ExpertBytes() * w.n_expert);
   }
   int64_t bound = 0;
   uint64_t done = 0;
@@ -238,6 +249,51 @@ void BindExpertsToNodes(const model::Model& model, experts::ExpertPool& pool,
       absl::StrFormat("expert pool: %d NUMA nodes, %.2f GiB of expert weights bound "
                       "to their nodes",
                       pool.nodes().size(), bound / double(1 << 30)));
+}
+
+// Repacks every layer's experts that the pool reads faster in another layout (PackedExperts), at
+// load, with progress; returns what the pool will read per layer that it can run (layers whose
+// experts it refuses are left to the forward pass, which reports them).
+absl::StatusOr<std::vector<experts::ExpertWeights>> PrepareExperts(
+    const model::Model& model, bool repack, experts::ExpertPool& pool, PoolExpertComputer& computer,
+    const model::ProgressFn& progress, std::vector<std::string>* notes) {
+  std::vector<experts::ExpertWeights> layers;
+  std::vector<std::pair<int, experts::ExpertWeights>> to_pack;
+  uint64_t pack_total = 0;
+  for (int il = 0; il < model.hparams().n_layer; ++il) {
+    const auto w = LayerExperts(model, il);
+    if (!w.has_value() || !w->ok()) continue;
+    layers.push_back(**w);
+    if (repack && experts::PackedExperts::WouldPack(**w, pool.isa())) {
+      to_pack.emplace_back(il, **w);
+      pack_total += static_cast<uint64_t>((*w)->ExpertBytes() * (*w)->n_expert);
+    }
+  }
+  if (to_pack.empty()) return layers;
+  const auto t0 = std::chrono::steady_clock::now();
+  uint64_t done = 0;
+  int64_t packed_bytes = 0;
+  for (const auto& [il, w] : to_pack) {
+    TANDEM_ASSIGN_OR_RETURN(experts::PackedExperts packed, experts::PackedExperts::Pack(w, pool));
+    packed_bytes += packed.packed_bytes();
+    computer.SetPacked(il, std::move(packed));
+    done += static_cast<uint64_t>(w.ExpertBytes() * w.n_expert);
+    if (progress) progress(done, pack_total);
+  }
+  // What the pool reads: the repacked layers in place of the model's.
+  layers.clear();
+  for (int il = 0; il < model.hparams().n_layer; ++il) {
+    if (const experts::ExpertWeights* w = computer.Layer(il)) {
+      layers.push_back(*w);
+    } else if (const auto m = LayerExperts(model, il); m.has_value() && m->ok()) {
+      layers.push_back(**m);
+    }
+  }
+  notes->push_back(absl::StrFormat(
+      "expert pool: %.2f GiB of experts repacked for the %s kernels in %.1f s (held in RAM; "
+      "the model file's pages of them are no longer read; --no-cpu-repack reads them in place)",
+      packed_bytes / double(1 << 30), experts::IsaName(pool.isa()), SecondsSince(t0)));
+  return layers;
 }
 
 }  // namespace
@@ -357,11 +413,14 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& option
     pool_options.numa = options.cpu_numa;
     pool_options.backup_us = options.cpu_backup_us;
     TANDEM_ASSIGN_OR_RETURN(engine->pool_, experts::ExpertPool::Create(pool_options));
+    auto computer = std::make_unique<PoolExpertComputer>(engine->pool_.get(), hp.n_layer);
+    TANDEM_ASSIGN_OR_RETURN(const std::vector<experts::ExpertWeights> layers,
+                            PrepareExperts(*engine->model_, options.cpu_repack, *engine->pool_,
+                                           *computer, options.progress, &engine->notes_));
     if (engine->pool_->nodes().size() > 1) {
-      BindExpertsToNodes(*engine->model_, *engine->pool_, options.progress, &engine->notes_);
+      BindExpertsToNodes(layers, *engine->pool_, options.progress, &engine->notes_);
     }
-    engine->expert_computer_ =
-        std::make_unique<PoolExpertComputer>(engine->pool_.get(), hp.n_layer);
+    engine->expert_computer_ = std::move(computer);
     engine->dense_computer_ = std::make_unique<PoolDenseComputer>(engine->pool_.get());
     if (std::string note = DenseFallbackNote(*engine->model_); !note.empty()) {
       engine->notes_.push_back(std::move(note));

@@ -50,6 +50,9 @@ struct EngineOptions {
   int threads = 0;  // CPU threads for the whole process; 0: one per CPU it started on
   std::string cpu_isa = "auto";    // cpu backend kernels: auto | avx512 | avx2 | scalar
   bool cpu_numa = true;  // cpu backend: a pool arena per NUMA node, experts bound to nodes
+  // cpu backend: experts the pool's kernels read faster in another layout are copied into it at
+  // load (experts/packed_experts.h); false reads every expert in place.
+  bool cpu_repack = true;
   // cpu backend: rerun a late expert work item on an idle thread after this many µs (same
   // results; negative: never).
   int cpu_backup_us = experts::kDefaultBackupMicros;

@@ -77,6 +77,8 @@ const char kModelSpecHelp[] =
     " (see `tandem synth --list`).\n"
     "synth: takes options after '?', joined by '&':\n"
     "  seed=N                    random seed (default 20261129)\n"
+    "  expert_ff=N               the routed experts' FFN width instead of the shape's\n"
+    "                            (e.g. 256, so that tiny shapes can take q4_k experts)\n"
     "  experts=TYPE, shexp=TYPE, dense=TYPE, router=TYPE, embed=TYPE, output=TYPE\n"
     "                            quant type per category (routed experts, shared expert,\n"
     "                            attention/DeltaNet matrices, ffn_gate_inp, token_embd, output)\n"

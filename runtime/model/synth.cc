@@ -417,6 +417,7 @@ class SynthModel : public Model {
 std::string SourceName(const SynthPlan& plan, const SynthOptions& options) {
   std::string source = absl::StrCat("synth:", plan.shape->name);
   std::vector<std::string> params;
+  if (options.expert_ff > 0) params.push_back(absl::StrCat("expert_ff=", options.expert_ff));
   if (!options.quant.empty()) params.push_back(absl::StrCat("quant=", options.quant));
   if (options.seed != kDefaultSynthSeed) params.push_back(absl::StrCat("seed=", options.seed));
   if (!params.empty()) absl::StrAppend(&source, "?", absl::StrJoin(params, "&"));
@@ -515,6 +516,14 @@ absl::Status ParseSynthSpec(std::string_view spec_view, std::string* shape, Synt
             absl::StrCat("synth spec: seed \"", value, "\" is not an unsigned integer"));
       }
       options->seed = seed;
+    } else if (key == "expert_ff") {
+      int64_t ff = 0;
+      auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), ff);
+      if (ec != std::errc() || ptr != value.data() + value.size() || ff <= 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("synth spec: expert_ff \"", value, "\" is not a positive integer"));
+      }
+      options->expert_ff = ff;
     } else if (key == "quant") {
       mix_parts.emplace_back(value);
     } else {
@@ -523,7 +532,8 @@ absl::Status ParseSynthSpec(std::string_view spec_view, std::string* shape, Synt
       if (!is_category) {
         return absl::InvalidArgumentError(
             absl::StrCat("synth spec: unknown key \"", key,
-                         "\" (keys: seed, quant, experts, shexp, dense, router, embed, output)"));
+                         "\" (keys: seed, expert_ff, quant, experts, shexp, dense, router, embed, "
+                         "output)"));
       }
       mix_parts.emplace_back(param);
     }
@@ -545,6 +555,7 @@ absl::StatusOr<std::unique_ptr<SynthPlan>> PlanSynth(std::string_view shape_name
   plan->hparams = shape->hparams;
   plan->mix = shape->default_mix;
   plan->seed = options.seed;
+  if (options.expert_ff > 0) plan->hparams.n_ff_exp = options.expert_ff;
   TANDEM_RETURN_IF_ERROR(ApplyQuantMix(options.quant, &plan->mix));
   TANDEM_RETURN_IF_ERROR(plan->hparams.Validate());
   plan->map = TensorMap(plan->hparams);

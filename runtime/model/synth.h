@@ -59,6 +59,7 @@ inline constexpr uint64_t kDefaultRandomizeThreshold = uint64_t{64} << 20;
 struct SynthOptions {
   std::string quant;  // overrides on the shape's default mix ("experts=q4_k,dense=q8_0")
   uint64_t seed = kDefaultSynthSeed;
+  int64_t expert_ff = 0;  // > 0: the routed experts' FFN width instead of the shape's
   uint64_t randomize_threshold = kDefaultRandomizeThreshold;
   ProgressFn progress;  // bytes generated so far, of the total
 };

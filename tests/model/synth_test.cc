@@ -177,8 +177,15 @@ TEST(SynthSpecTest, Parses) {
   EXPECT_EQ(o2.quant, "experts=q4_k,embed=q8_0");
   EXPECT_EQ(o2.seed, kDefaultSynthSeed);
 
+  SynthOptions o4;
+  ASSERT_TRUE(ParseSynthSpec("tiny-qwen3moe?expert_ff=256&experts=q4_k", &shape, &o4).ok());
+  EXPECT_EQ(o4.expert_ff, 256);
+
   SynthOptions o3;
   EXPECT_FALSE(ParseSynthSpec("tiny-qwen3moe?seed=x", &shape, &o3).ok());
+  EXPECT_FALSE(ParseSynthSpec("tiny-qwen3moe?expert_ff=0", &shape, &o3).ok());
+  EXPECT_FALSE(ParseSynthSpec("tiny-qwen3moe?expert_ff=-8", &shape, &o3).ok());
+  EXPECT_FALSE(ParseSynthSpec("tiny-qwen3moe?expert_ff=12x", &shape, &o3).ok());
   EXPECT_FALSE(ParseSynthSpec("tiny-qwen3moe?colour=red", &shape, &o3).ok());
   EXPECT_FALSE(ParseSynthSpec("tiny-qwen3moe?experts=zz", &shape, &o3).ok());
   EXPECT_FALSE(ParseSynthSpec("?seed=1", &shape, &o3).ok());
@@ -436,6 +443,14 @@ TEST(OpenModelTest, SynthSpecs) {
   EXPECT_EQ((*m)->Find("blk.0.ffn_up_exps.weight")->type, GgmlType::kQ4_0);
   EXPECT_EQ((*m)->source(), "synth:tiny-qwen3moe?quant=experts=q4_0&seed=3");
   EXPECT_EQ((*m)->metadata().GetInt("tandem.synth.seed"), 3);
+
+  // expert_ff resizes the routed experts (here so that q4_k fits their down rows).
+  absl::StatusOr<std::unique_ptr<Model>> wide =
+      OpenModel("synth:tiny-qwen3moe?expert_ff=256&experts=q4_k", describe);
+  ASSERT_TRUE(wide.ok()) << wide.status();
+  EXPECT_EQ((*wide)->Find("blk.0.ffn_down_exps.weight")->dim(0), 256);
+  EXPECT_EQ((*wide)->Find("blk.0.ffn_down_exps.weight")->type, GgmlType::kQ4_K);
+  EXPECT_EQ((*wide)->source(), "synth:tiny-qwen3moe?expert_ff=256&quant=experts=q4_k");
 
   absl::StatusOr<std::unique_ptr<Model>> bad = OpenModel("synth:nope");
   ASSERT_FALSE(bad.ok());

@@ -22,7 +22,7 @@ int Fail(const absl::Status& status) {
   return 1;
 }
 
-void AddExpertPoolFlags(CLI::App* cmd, std::string* isa, bool* numa, int* backup_us) {
+void AddExpertPoolFlags(CLI::App* cmd, std::string* isa, bool* numa, int* backup_us, bool* repack) {
   cmd->add_option("--cpu-isa", *isa,
                   "CPU expert pool: kernels auto, avx512, avx2 or scalar (forcing an ISA this "
                   "CPU lacks is an error)")
@@ -37,6 +37,11 @@ void AddExpertPoolFlags(CLI::App* cmd, std::string* isa, bool* numa, int* backup
                   "that a descheduled thread does not hold the layer (same results; negative: "
                   "never)")
       ->capture_default_str();
+  cmd->add_flag("!--no-cpu-repack", *repack,
+                "CPU expert pool: read Q4_K experts in place from the model, instead of a copy "
+                "repacked at load into the 8-row layout of the AVX-512 kernel (the default where "
+                "the pool runs avx512: 1.4-1.9x less kernel time a byte, the same sums; the copy "
+                "takes as much RAM as those experts)");
 }
 
 void AddEngineFlags(CLI::App* cmd, engine::EngineOptions* options) {
@@ -62,7 +67,8 @@ void AddEngineFlags(CLI::App* cmd, engine::EngineOptions* options) {
   cmd->add_option("--ctx", options->n_ctx,
                   "Context length in tokens (0: the model's training context, at most 4096)")
       ->capture_default_str();
-  AddExpertPoolFlags(cmd, &options->cpu_isa, &options->cpu_numa, &options->cpu_backup_us);
+  AddExpertPoolFlags(cmd, &options->cpu_isa, &options->cpu_numa, &options->cpu_backup_us,
+                     &options->cpu_repack);
   cmd->add_option("--threads", options->threads,
                   "CPU threads (0: one per CPU the process may run on, e.g. under taskset)")
       ->capture_default_str()

@@ -23,9 +23,10 @@ int Fail(const absl::Status& status);
 // and the CPU expert pool's flags (AddExpertPoolFlags).
 void AddEngineFlags(CLI::App* cmd, engine::EngineOptions* options);
 
-// Adds the CPU expert pool's --cpu-isa, --no-cpu-numa and --cpu-backup-us (also spelled
-// --backup-us) to `cmd`: the engine's --backend cpu and `tandem bench experts` share them.
-void AddExpertPoolFlags(CLI::App* cmd, std::string* isa, bool* numa, int* backup_us);
+// Adds the CPU expert pool's --cpu-isa, --no-cpu-numa, --cpu-backup-us (also spelled
+// --backup-us) and --no-cpu-repack to `cmd`: the engine's --backend cpu and `tandem bench
+// experts` share them.
+void AddExpertPoolFlags(CLI::App* cmd, std::string* isa, bool* numa, int* backup_us, bool* repack);
 
 // Loads the engine with a progress bar on stderr for long loads.
 absl::StatusOr<std::unique_ptr<engine::Engine>> LoadEngine(engine::EngineOptions options);

@@ -17,12 +17,14 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "experts/packed_experts.h"
 #include "experts/pool.h"
 #include "experts/stream_read.h"
 #include "experts/topology.h"
@@ -44,6 +46,7 @@ struct Options {
   double seconds = 0.5;  // per case
   int n_expert = 0;      // distinct experts per type, rotated; 0: BankExperts
   int backup_us = experts::kDefaultBackupMicros;
+  bool repack = true;
 };
 
 // Distinct experts of one type the bench rotates over: enough that the bank is four times the
@@ -55,7 +58,8 @@ int BankExperts(int64_t expert_bytes) {
 
 struct ExpertBank {
   std::vector<uint8_t> gate, up, down;
-  experts::ExpertWeights w;
+  std::optional<experts::PackedExperts> packed;  // when the pool repacks this type (rows8.h)
+  experts::ExpertWeights w;                      // what the layers run: packed's, else the above
 };
 
 ExpertBank MakeBank(quant::GgmlType type, int64_t hidden, int64_t n_ff, int n_expert) {
@@ -203,6 +207,7 @@ nlohmann::json TimeLayer(experts::ExpertPool& pool, const ExpertBank& bank, cons
   nlohmann::json j;
   j["case"] = name;
   j["type"] = quant::GetTypeInfo(bank.w.gate.type).name;
+  j["layout"] = experts::WeightLayoutName(bank.w.gate.layout);
   j["hidden"] = H;
   j["n_ff"] = bank.w.n_ff;
   j["experts"] = n_experts;
@@ -210,9 +215,9 @@ nlohmann::json TimeLayer(experts::ExpertPool& pool, const ExpertBank& bank, cons
   const std::string line = ReportRounds(pool, r, bytes, j);
   // Items rerun because their first run was late (PoolOptions::backup_us).
   j["backups"] = pool.backups() - backups_before;
-  std::printf("%-28s %-5s experts %2d rows %d: %s; %llu backups\n", name,
-              j["type"].get<std::string>().c_str(), n_experts, rows, line.c_str(),
-              static_cast<unsigned long long>(j["backups"].get<uint64_t>()));
+  const std::string type = j["type"].get<std::string>() + "/" + j["layout"].get<std::string>();
+  std::printf("%-28s %-10s experts %2d rows %d: %s; %llu backups\n", name, type.c_str(), n_experts,
+              rows, line.c_str(), static_cast<unsigned long long>(j["backups"].get<uint64_t>()));
   return j;
 }
 
@@ -304,9 +309,25 @@ int BenchExperts(const Options& o) {
   for (quant::GgmlType type : {quant::GgmlType::kQ3_K, quant::GgmlType::kQ4_K}) {
     const int n_bank =
         o.n_expert > 0 ? o.n_expert : BankExperts(3 * quant::RowBytes(type, 2048) * 768);
-    const ExpertBank bank = MakeBank(type, 2048, 768, n_bank);
+    ExpertBank bank = MakeBank(type, 2048, 768, n_bank);
     std::printf("%s bank: %d experts, %.2f GB rotated\n", quant::GetTypeInfo(type).name, n_bank,
                 static_cast<double>(bank.w.ExpertBytes()) * n_bank / 1e9);
+    if (o.repack && experts::PackedExperts::WouldPack(bank.w, p.isa())) {
+      const auto pack_start = Clock::now();
+      absl::StatusOr<experts::PackedExperts> packed = experts::PackedExperts::Pack(bank.w, p);
+      if (!packed.ok()) {
+        std::fprintf(stderr, "tandem bench experts: %s\n",
+                     std::string(packed.status().message()).c_str());
+        return 1;
+      }
+      bank.packed.emplace(std::move(packed).value());
+      bank.w = bank.packed->weights();
+      const double pack_s = Seconds(Clock::now() - pack_start);
+      std::printf(
+          "  repacked %.2f GB into the rows8 layout in %.2f s (--no-cpu-repack: as stored)\n",
+          bank.packed->packed_bytes() / 1e9, pack_s);
+      report["repack_seconds_" + std::string(quant::GetTypeInfo(type).name)] = pack_s;
+    }
     if (p.nodes().size() > 1) {
       // Each node's home experts on its own memory, as the engine binds a model's.
       absl::StatusOr<int64_t> bound = p.BindWeights(bank.w);
@@ -387,7 +408,7 @@ void RegisterBench(CLI::App& app, int* exit_code) {
   ex->add_option("--threads", options->threads,
                  "Pool threads including the caller (0: one per CPU the process may run on, e.g. "
                  "under taskset)");
-  AddExpertPoolFlags(ex, &options->isa, &options->numa, &options->backup_us);
+  AddExpertPoolFlags(ex, &options->isa, &options->numa, &options->backup_us, &options->repack);
   ex->add_option("--seconds", options->seconds, "Time per case")->check(CLI::PositiveNumber);
   ex->add_option("--experts", options->n_expert,
                  "Distinct experts per type, rotated (working set; default: enough for four "

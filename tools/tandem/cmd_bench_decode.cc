@@ -75,6 +75,7 @@ int BenchDecodeCpu(const Options& o, const engine::EngineOptions& base,
   report["date"] = UtcNow();
   report["backend"] = "cpu";
   report["threads"] = threads;
+  report["cpu_repack"] = base.cpu_repack;
   report["steps"] = o.steps;
   report["stream_gbps_first"] = stream_first;
   std::vector<double> streams;
@@ -86,6 +87,7 @@ int BenchDecodeCpu(const Options& o, const engine::EngineOptions& base,
     std::printf("loading %s ...\n", model.c_str());
     auto engine = engine::Engine::Load(eo);
     if (!engine.ok()) return BenchFail(engine.status(), model);
+    for (const std::string& note : (*engine)->notes()) std::printf("  note: %s\n", note.c_str());
     const model::HParams& hp = (*engine)->hparams();
     const absl::StatusOr<uint64_t> wbytes =
         model::StepWeightBytes(hp, (*engine)->model().tensors(), 1, {});
@@ -411,6 +413,8 @@ void RegisterBenchDecode(CLI::App& app, int* exit_code) {
                   "cpu: pool threads (0: one per CPU the process may run on, e.g. under taskset)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  AddExpertPoolFlags(dec, &engine_options->cpu_isa, &engine_options->cpu_numa,
+                     &engine_options->cpu_backup_us, &engine_options->cpu_repack);
   dec->add_option("--json", options->json, "Write the report here");
   dec->callback([options, engine_options, exit_code] {
     engine_options->progress = nullptr;
