@@ -129,7 +129,14 @@ DotFn GetAvx512Kernel(quant::GgmlType type) {
 }
 
 DotFn GetAvx512Rows8Kernel(quant::GgmlType type) {
-  return type == quant::GgmlType::kQ4_K ? &DotRows8Q4K : nullptr;
+  switch (type) {
+    case quant::GgmlType::kQ4_K:
+      return &DotRows8<Rows8Q4K>;
+    case quant::GgmlType::kQ3_K:
+      return &DotRows8<Rows8Q3K>;
+    default:
+      return nullptr;
+  }
 }
 
 }  // namespace tandem::experts

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "runtime/quant/blocks.h"
+#include "runtime/quant/q3_k.h"
 #include "runtime/quant/q4_k.h"
 
 namespace tandem::experts {
@@ -83,6 +84,80 @@ void UnpackGroupBlock(const uint8_t* g, quant::BlockQ4K* const rows[kRows8]) {
   }
 }
 
+// Q3_K. Entry of (row r, sub-block s) in the scale bytes: 64·(s / 8) + 16·(r / 2) + 2·(s % 8) +
+// r % 2, so that each 128-bit lane of either 64-entry half holds rows 2l, 2l + 1.
+int Q3ScaleEntry(int r, int s) { return 64 * (s / 8) + 16 * (r / 2) + 2 * (s % 8) + r % 2; }
+
+// Element e of Q3_K row r sits in vector 2·(e / 16) + (e / 8) % 2, byte 8r + e % 8.
+int Q3Vector(int e) { return 2 * (e / 16) + (e / 8) % 2; }
+
+void PackGroupBlockQ3(const quant::BlockQ3K* const rows[kRows8], uint8_t* g) {
+  uint16_t d[kRows8];
+  uint8_t biased[128];
+  uint8_t u[32][64];  // vector v, byte 8r + b: q + 4 (0..7)
+  for (int r = 0; r < kRows8; ++r) {
+    d[r] = rows[r]->d;
+    for (int s = 0; s < 16; ++s) {
+      biased[Q3ScaleEntry(r, s)] = static_cast<uint8_t>(quant::Q3KScale(rows[r]->scales, s) + 32);
+    }
+    for (int e = 0; e < quant::kQK_K; ++e) {
+      u[Q3Vector(e)][8 * r + e % 8] = static_cast<uint8_t>(quant::Q3KQuant(*rows[r], e) + 4);
+    }
+  }
+  std::memcpy(g, d, sizeof(d));
+  for (int p = 0; p < 64; ++p) {
+    g[16 + p] = static_cast<uint8_t>((biased[p] & 0xF) | (biased[p + 64] & 0xF) << 4);
+  }
+  for (int p = 0; p < 32; ++p) {
+    uint8_t high = 0;
+    for (int m = 0; m < 4; ++m) high |= static_cast<uint8_t>((biased[p + 32 * m] >> 4) << (2 * m));
+    g[80 + p] = high;
+  }
+  for (int k = 0; k < 8; ++k) {
+    for (int q = 0; q < 64; ++q) {
+      uint8_t low = 0;
+      for (int m = 0; m < 4; ++m) low |= static_cast<uint8_t>((u[4 * k + m][q] & 3) << (2 * m));
+      g[112 + 64 * k + q] = low;
+    }
+  }
+  for (int k = 0; k < 4; ++k) {
+    for (int q = 0; q < 64; ++q) {
+      uint8_t high = 0;
+      for (int j = 0; j < 8; ++j) high |= static_cast<uint8_t>((u[8 * k + j][q] >> 2) << j);
+      g[624 + 64 * k + q] = high;
+    }
+  }
+}
+
+void UnpackGroupBlockQ3(const uint8_t* g, quant::BlockQ3K* const rows[kRows8]) {
+  uint16_t d[kRows8];
+  std::memcpy(d, g, sizeof(d));
+  for (int r = 0; r < kRows8; ++r) {
+    quant::BlockQ3K& b = *rows[r];
+    b.d = d[r];
+    std::memset(b.scales, 0, sizeof(b.scales));
+    for (int s = 0; s < 16; ++s) {
+      const int p = Q3ScaleEntry(r, s);
+      const int low4 = (g[16 + p % 64] >> (p < 64 ? 0 : 4)) & 0xF;
+      const int high2 = (g[80 + p % 32] >> (2 * (p / 32))) & 3;
+      const int biased = low4 | high2 << 4;
+      // Q3KScale's packing: low nibbles in bytes 0..7, top bits in byte 8 + s % 4.
+      b.scales[s % 8] |= static_cast<uint8_t>((biased & 0xF) << (s < 8 ? 0 : 4));
+      b.scales[8 + s % 4] |= static_cast<uint8_t>((biased >> 4) << (2 * (s / 4)));
+    }
+    std::memset(b.qs, 0, sizeof(b.qs));
+    std::memset(b.hmask, 0, sizeof(b.hmask));
+    for (int e = 0; e < quant::kQK_K; ++e) {
+      const int v = Q3Vector(e), q = 8 * r + e % 8;
+      const int low = (g[112 + 64 * (v / 4) + q] >> (2 * (v % 4))) & 3;
+      const int high = (g[624 + 64 * (v / 8) + q] >> (v % 8)) & 1;
+      // TwoBitField's place, and hmask bit e / 32 of byte e % 32.
+      b.qs[32 * (e >> 7) + (e & 31)] |= static_cast<uint8_t>(low << (2 * ((e & 127) >> 5)));
+      b.hmask[e & 31] |= static_cast<uint8_t>(high << (e >> 5));
+    }
+  }
+}
+
 }  // namespace
 
 const char* WeightLayoutName(WeightLayout layout) {
@@ -90,20 +165,24 @@ const char* WeightLayoutName(WeightLayout layout) {
 }
 
 bool CanPackRows8(quant::GgmlType type, int64_t rows) {
-  return type == quant::GgmlType::kQ4_K && rows > 0 && rows % kRows8 == 0;
+  return (type == quant::GgmlType::kQ4_K || type == quant::GgmlType::kQ3_K) && rows > 0 &&
+         rows % kRows8 == 0;
 }
 
 void PackRows8(quant::GgmlType type, const uint8_t* src, int64_t rows, int64_t cols, uint8_t* dst) {
   assert(CanPackRows8(type, rows) && cols % quant::kQK_K == 0);
-  static_assert(kRows8GroupBlockBytes == kRows8 * sizeof(quant::BlockQ4K));
   const int64_t row_bytes = quant::RowBytes(type, cols), nb = cols / quant::kQK_K;
+  const int64_t block_bytes = quant::GetTypeInfo(type).block_bytes;
   for (int64_t g = 0; g < rows / kRows8; ++g) {
     for (int64_t j = 0; j < nb; ++j) {
-      const quant::BlockQ4K* in[kRows8];
-      for (int r = 0; r < kRows8; ++r) {
-        in[r] = reinterpret_cast<const quant::BlockQ4K*>(src + (kRows8 * g + r) * row_bytes) + j;
+      const uint8_t* in[kRows8];
+      for (int r = 0; r < kRows8; ++r) in[r] = src + (kRows8 * g + r) * row_bytes + j * block_bytes;
+      uint8_t* out = dst + kRows8 * g * row_bytes + j * kRows8 * block_bytes;
+      if (type == quant::GgmlType::kQ4_K) {
+        PackGroupBlock(reinterpret_cast<const quant::BlockQ4K* const*>(in), out);
+      } else {
+        PackGroupBlockQ3(reinterpret_cast<const quant::BlockQ3K* const*>(in), out);
       }
-      PackGroupBlock(in, dst + kRows8 * g * row_bytes + j * kRows8GroupBlockBytes);
     }
   }
 }
@@ -112,13 +191,18 @@ void UnpackRows8(quant::GgmlType type, const uint8_t* src, int64_t rows, int64_t
                  uint8_t* dst) {
   assert(CanPackRows8(type, rows) && cols % quant::kQK_K == 0);
   const int64_t row_bytes = quant::RowBytes(type, cols), nb = cols / quant::kQK_K;
+  const int64_t block_bytes = quant::GetTypeInfo(type).block_bytes;
   for (int64_t g = 0; g < rows / kRows8; ++g) {
     for (int64_t j = 0; j < nb; ++j) {
-      quant::BlockQ4K* out[kRows8];
-      for (int r = 0; r < kRows8; ++r) {
-        out[r] = reinterpret_cast<quant::BlockQ4K*>(dst + (kRows8 * g + r) * row_bytes) + j;
+      uint8_t* out[kRows8];
+      for (int r = 0; r < kRows8; ++r)
+        out[r] = dst + (kRows8 * g + r) * row_bytes + j * block_bytes;
+      const uint8_t* in = src + kRows8 * g * row_bytes + j * kRows8 * block_bytes;
+      if (type == quant::GgmlType::kQ4_K) {
+        UnpackGroupBlock(in, reinterpret_cast<quant::BlockQ4K* const*>(out));
+      } else {
+        UnpackGroupBlockQ3(in, reinterpret_cast<quant::BlockQ3K* const*>(out));
       }
-      UnpackGroupBlock(src + kRows8 * g * row_bytes + j * kRows8GroupBlockBytes, out);
     }
   }
 }

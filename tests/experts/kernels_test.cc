@@ -265,52 +265,44 @@ TEST(IsaTest, ResolveNamesAndRefusals) {
   }
 }
 
-// The rows8 layout (rows8.h): a lossless rearrangement, and its AVX-512 kernel against the
+// The rows8 layout (rows8.h): a lossless rearrangement, and its AVX-512 kernels against the
 // GGUF-layout scalar kernel (float rounding only: the integer block sums are the same) and the
 // fp32 dot products, over row counts, weight-row groups and spans.
-TEST(Rows8Test, PackThenUnpackGivesBackTheBytes) {
+class Rows8Test : public ::testing::TestWithParam<GgmlType> {};
+
+TEST_P(Rows8Test, PackThenUnpackGivesBackTheBytes) {
+  const GgmlType type = GetParam();
   for (const auto& [rows, k_blocks] : {std::pair{8, 1}, std::pair{16, 3}, std::pair{40, 8}}) {
     const int64_t k = int64_t{k_blocks} * quant::kQK_K;
-    const std::vector<uint8_t> w = RandomWeights(GgmlType::kQ4_K, rows, k, 11 + rows);
+    const std::vector<uint8_t> w = RandomWeights(type, rows, k, 11 + rows);
     std::vector<uint8_t> packed(w.size(), 0xA5), back(w.size(), 0x5A);
-    PackRows8(GgmlType::kQ4_K, w.data(), rows, k, packed.data());
-    UnpackRows8(GgmlType::kQ4_K, packed.data(), rows, k, back.data());
+    PackRows8(type, w.data(), rows, k, packed.data());
+    UnpackRows8(type, packed.data(), rows, k, back.data());
     EXPECT_NE(packed, w) << "rows " << rows;
     EXPECT_EQ(back, w) << "rows " << rows;
   }
 }
 
-TEST(Rows8Test, OnlyQ4KOnAvx512AndWholeGroups) {
-  EXPECT_TRUE(CanPackRows8(GgmlType::kQ4_K, 768));
-  EXPECT_FALSE(CanPackRows8(GgmlType::kQ4_K, 12));
-  EXPECT_FALSE(CanPackRows8(GgmlType::kQ4_K, 0));
-  EXPECT_FALSE(CanPackRows8(GgmlType::kQ3_K, 768));
-  EXPECT_EQ(GetDotKernel(Isa::kScalar, GgmlType::kQ4_K, WeightLayout::kRows8), nullptr);
-  EXPECT_EQ(GetDotKernel(Isa::kAvx2, GgmlType::kQ4_K, WeightLayout::kRows8), nullptr);
-  EXPECT_EQ(GetDotKernel(Isa::kAvx512, GgmlType::kQ3_K, WeightLayout::kRows8), nullptr);
-  EXPECT_EQ(GetDotKernel(Isa::kAvx512, GgmlType::kQ4_K, WeightLayout::kRows8) != nullptr,
-            CpuSupports(Isa::kAvx512));
-}
-
-TEST(Rows8Test, KernelMatchesGgufKernelAndFp32) {
+TEST_P(Rows8Test, KernelMatchesGgufKernelAndFp32) {
+  const GgmlType type = GetParam();
   if (!CpuSupports(Isa::kAvx512)) GTEST_SKIP() << "this CPU lacks avx512: no rows8 kernel";
-  const DotFn rows8 = GetDotKernel(Isa::kAvx512, GgmlType::kQ4_K, WeightLayout::kRows8);
-  const DotFn scalar = GetDotKernel(Isa::kScalar, GgmlType::kQ4_K);
+  const DotFn rows8 = GetDotKernel(Isa::kAvx512, type, WeightLayout::kRows8);
+  const DotFn scalar = GetDotKernel(Isa::kScalar, type);
   ASSERT_NE(rows8, nullptr);
   const std::vector<int> many = {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 33};
-  // {70, 8}: more blocks than one prepared span (64); {3, 40}: five groups.
+  // {70, 8}: more blocks than one prepared span (64 for Q4_K, 32 for Q3_K); {3, 40}: five groups.
   const Shape shapes[] = {{1, 8, many}, {3, 40, many}, {8, 16, {1, 4, 8}}, {70, 8, {1, 3, 9}}};
   for (const Shape& shape : shapes) {
     const int64_t k = int64_t{shape.k_blocks} * quant::kQK_K;
     const int n_wrows = shape.n_wrows;
-    const std::vector<uint8_t> w = RandomWeights(GgmlType::kQ4_K, n_wrows, k, 500 + shape.k_blocks);
+    const std::vector<uint8_t> w = RandomWeights(type, n_wrows, k, 500 + shape.k_blocks);
     std::vector<uint8_t> packed(w.size());
-    PackRows8(GgmlType::kQ4_K, w.data(), n_wrows, k, packed.data());
-    const std::vector<float> wf = DecodeRows(GgmlType::kQ4_K, w.data(), k, 0, n_wrows);
-    const int64_t row_bytes = quant::RowBytes(GgmlType::kQ4_K, k);
+    PackRows8(type, w.data(), n_wrows, k, packed.data());
+    const std::vector<float> wf = DecodeRows(type, w.data(), k, 0, n_wrows);
+    const int64_t row_bytes = quant::RowBytes(type, k);
     for (int n_act : shape.act_rows) {
       const std::vector<float> x = RandomFloats(static_cast<size_t>(n_act * k), 900 + n_act);
-      const QuantizedRows q = QuantizeRows(GgmlType::kQ4_K, x, n_act, k);
+      const QuantizedRows q = QuantizeRows(type, x, n_act, k);
       const int64_t stride = n_wrows + 3;
       std::vector<float> got(static_cast<size_t>(n_act * stride), std::nanf(""));
       std::vector<float> ref_int(got.size(), std::nanf(""));
@@ -336,33 +328,65 @@ TEST(Rows8Test, KernelMatchesGgufKernelAndFp32) {
   }
 }
 
-// Every quant, scale and min at its largest against activations of one sign (±127 and -128):
-// the int16 halves of the sub-block sums reach 16 · 15 · 128 = 30720 and must stay exact.
-TEST(Rows8Test, LargestWeightsAndActivationsMatchScalar) {
+INSTANTIATE_TEST_SUITE_P(Formats, Rows8Test, testing::Values(GgmlType::kQ4_K, GgmlType::kQ3_K),
+                         [](const auto& info) {
+                           return std::string(quant::GetTypeInfo(info.param).name);
+                         });
+
+TEST(Rows8LayoutTest, OnlyQ4KAndQ3KOnAvx512AndWholeGroups) {
+  EXPECT_TRUE(CanPackRows8(GgmlType::kQ4_K, 768));
+  EXPECT_TRUE(CanPackRows8(GgmlType::kQ3_K, 2048));
+  EXPECT_FALSE(CanPackRows8(GgmlType::kQ4_K, 12));
+  EXPECT_FALSE(CanPackRows8(GgmlType::kQ3_K, 0));
+  EXPECT_FALSE(CanPackRows8(GgmlType::kQ6_K, 768));
+  EXPECT_EQ(GetDotKernel(Isa::kScalar, GgmlType::kQ4_K, WeightLayout::kRows8), nullptr);
+  EXPECT_EQ(GetDotKernel(Isa::kAvx2, GgmlType::kQ3_K, WeightLayout::kRows8), nullptr);
+  EXPECT_EQ(GetDotKernel(Isa::kAvx512, GgmlType::kQ6_K, WeightLayout::kRows8), nullptr);
+  EXPECT_EQ(GetDotKernel(Isa::kAvx512, GgmlType::kQ4_K, WeightLayout::kRows8) != nullptr,
+            CpuSupports(Isa::kAvx512));
+}
+
+// The sums at their bounds against activations of one sign (±127 and -128): Q4_K with every
+// quant, scale and min at its largest (int16 halves of 16 · 15 · 128 = 30720); Q3_K with every
+// quant at -4 (hmask and low bits clear) and at 3 (all set), scales at -32 (biased 0) and 31 (63):
+// the chains near ±8192 and the scaled sums near 2^30.
+TEST(Rows8LayoutTest, LargestWeightsAndActivationsMatchScalar) {
   if (!CpuSupports(Isa::kAvx512)) GTEST_SKIP() << "this CPU lacks avx512: no rows8 kernel";
   constexpr int64_t kBlocks = 3, k = kBlocks * quant::kQK_K;
   constexpr int kRows = 16;
-  std::vector<uint8_t> w(kRows * kBlocks * sizeof(quant::BlockQ4K), 0xFF);
+  std::vector<uint8_t> q4(kRows * kBlocks * sizeof(quant::BlockQ4K), 0xFF);
+  std::vector<uint8_t> q3_high(kRows * kBlocks * sizeof(quant::BlockQ3K), 0xFF);
+  std::vector<uint8_t> q3_low = q3_high;
   for (int64_t i = 0; i < kRows * kBlocks; ++i) {
-    auto* b = reinterpret_cast<quant::BlockQ4K*>(w.data()) + i;
-    b->d = 0x3C00;     // 1.0
-    b->dmin = 0x3800;  // 0.5
+    auto* b4 = reinterpret_cast<quant::BlockQ4K*>(q4.data()) + i;
+    b4->d = 0x3C00;     // 1.0
+    b4->dmin = 0x3800;  // 0.5
+    reinterpret_cast<quant::BlockQ3K*>(q3_high.data())[i].d = 0x3C00;
+    auto* b3 = reinterpret_cast<quant::BlockQ3K*>(q3_low.data()) + i;
+    b3->d = 0x3C00;
+    std::memset(b3->qs, 0, sizeof(b3->qs));
+    std::memset(b3->hmask, 0, sizeof(b3->hmask));
+    std::memset(b3->scales, 0, sizeof(b3->scales));  // every scale -32
   }
-  std::vector<uint8_t> packed(w.size());
-  PackRows8(GgmlType::kQ4_K, w.data(), kRows, k, packed.data());
-  const DotFn rows8 = GetDotKernel(Isa::kAvx512, GgmlType::kQ4_K, WeightLayout::kRows8);
-  const DotFn scalar = GetDotKernel(Isa::kScalar, GgmlType::kQ4_K);
-  for (int n_act = 1; n_act <= kMaxKernelRows; ++n_act) {
-    std::vector<float> x(static_cast<size_t>(n_act * k));
-    for (int64_t i = 0; i < n_act * k; ++i) x[i] = (i / k) % 2 ? -1.0f : 1.0f;
-    const QuantizedRows q = QuantizeRows(GgmlType::kQ4_K, x, n_act, k);
-    std::vector<float> got(static_cast<size_t>(n_act * kRows)), want(got.size());
-    rows8(packed.data(), quant::RowBytes(GgmlType::kQ4_K, k), kRows, k, q.rows.data(), n_act,
-          got.data(), kRows);
-    scalar(w.data(), quant::RowBytes(GgmlType::kQ4_K, k), kRows, k, q.rows.data(), n_act,
-           want.data(), kRows);
-    EXPECT_LT(NormalisedError(got.data(), want.data(), got.size()), kScalarBound)
-        << "act rows " << n_act;
+  for (const auto& [type, w] :
+       {std::pair{GgmlType::kQ4_K, &q4}, std::pair{GgmlType::kQ3_K, &q3_high},
+        std::pair{GgmlType::kQ3_K, &q3_low}}) {
+    std::vector<uint8_t> packed(w->size());
+    PackRows8(type, w->data(), kRows, k, packed.data());
+    const DotFn rows8 = GetDotKernel(Isa::kAvx512, type, WeightLayout::kRows8);
+    const DotFn scalar = GetDotKernel(Isa::kScalar, type);
+    for (int n_act = 1; n_act <= kMaxKernelRows; ++n_act) {
+      std::vector<float> x(static_cast<size_t>(n_act * k));
+      for (int64_t i = 0; i < n_act * k; ++i) x[i] = (i / k) % 2 ? -1.0f : 1.0f;
+      const QuantizedRows q = QuantizeRows(type, x, n_act, k);
+      std::vector<float> got(static_cast<size_t>(n_act * kRows)), want(got.size());
+      rows8(packed.data(), quant::RowBytes(type, k), kRows, k, q.rows.data(), n_act, got.data(),
+            kRows);
+      scalar(w->data(), quant::RowBytes(type, k), kRows, k, q.rows.data(), n_act, want.data(),
+             kRows);
+      EXPECT_LT(NormalisedError(got.data(), want.data(), got.size()), kScalarBound)
+          << quant::GetTypeInfo(type).name << " act rows " << n_act;
+    }
   }
 }
 
