@@ -5,7 +5,6 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
 
 #include "absl/status/statusor.h"
 #include "experts/pool.h"
@@ -28,11 +27,22 @@ class PackedExperts {
   int64_t packed_bytes() const { return packed_bytes_; }
 
  private:
-  struct Free {
-    void operator()(uint8_t* p) const;
+  // Anonymous memory of its own (mmap, huge pages asked for), unmapped when destroyed.
+  class Buffer {
+   public:
+    Buffer() = default;
+    Buffer(Buffer&& o) noexcept;
+    Buffer& operator=(Buffer&& o) noexcept;
+    ~Buffer();
+    static absl::StatusOr<Buffer> Map(int64_t bytes);
+    uint8_t* data() const { return data_; }
+
+   private:
+    uint8_t* data_ = nullptr;
+    int64_t bytes_ = 0;
   };
   ExpertWeights weights_;
-  std::unique_ptr<uint8_t, Free> gate_, up_, down_;
+  Buffer gate_, up_, down_;
   int64_t packed_bytes_ = 0;
 };
 

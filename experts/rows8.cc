@@ -11,13 +11,6 @@
 namespace tandem::experts {
 namespace {
 
-// Element e (0..255) of a GGUF Q4_K block, 0..15.
-int Q4Element(const quant::BlockQ4K& b, int e) {
-  const int sub = e >> 5;
-  const uint8_t byte = b.qs[32 * (sub >> 1) + (e & 31)];
-  return (sub & 1) ? byte >> 4 : byte & 0xF;
-}
-
 void SetQ4Element(quant::BlockQ4K& b, int e, int q) {
   const int sub = e >> 5;
   uint8_t& byte = b.qs[32 * (sub >> 1) + (e & 31)];
@@ -45,14 +38,17 @@ void PackGroupBlock(const quant::BlockQ4K* const rows[kRows8], uint8_t* g) {
   std::memcpy(g, d, sizeof(d));
   std::memcpy(g + 32, low, sizeof(low));
   for (int p = 0; p < 32; ++p) g[96 + p] = static_cast<uint8_t>(high[p] | high[p + 32] << 4);
+  // Elements 32s + 8t .. +7 and 32s + 16 + 8t .. +7 of a row are the same nibble (s % 2) of 8
+  // consecutive qs bytes each: eight at a time as 64-bit words.
   for (int s = 0; s < 8; ++s) {
     for (int t = 0; t < 2; ++t) {
       for (int r = 0; r < kRows8; ++r) {
-        for (int b = 0; b < 8; ++b) {
-          const int lo = Q4Element(*rows[r], 32 * s + 8 * t + b);
-          const int hi = Q4Element(*rows[r], 32 * s + 16 + 8 * t + b);
-          g[128 + 64 * (2 * s + t) + 8 * r + b] = static_cast<uint8_t>(lo | hi << 4);
-        }
+        uint64_t lo, hi;
+        std::memcpy(&lo, rows[r]->qs + 32 * (s / 2) + 8 * t, 8);
+        std::memcpy(&hi, rows[r]->qs + 32 * (s / 2) + 16 + 8 * t, 8);
+        const uint64_t nib = 0x0F0F0F0F0F0F0F0Full;
+        const uint64_t packed = ((lo >> (4 * (s % 2))) & nib) | ((hi >> (4 * (s % 2))) & nib) << 4;
+        std::memcpy(g + 128 + 64 * (2 * s + t) + 8 * r, &packed, 8);
       }
     }
   }
@@ -94,14 +90,32 @@ int Q3Vector(int e) { return 2 * (e / 16) + (e / 8) % 2; }
 void PackGroupBlockQ3(const quant::BlockQ3K* const rows[kRows8], uint8_t* g) {
   uint16_t d[kRows8];
   uint8_t biased[128];
-  uint8_t u[32][64];  // vector v, byte 8r + b: q + 4 (0..7)
+  uint8_t* low2 = g + 112;   // 8 runs of 64 bytes, 2 bits per vector
+  uint8_t* high1 = g + 624;  // 4 runs of 64 bytes, 1 bit per vector
+  std::memset(low2, 0, 512 + 256);
   for (int r = 0; r < kRows8; ++r) {
-    d[r] = rows[r]->d;
+    const quant::BlockQ3K& b = *rows[r];
+    d[r] = b.d;
     for (int s = 0; s < 16; ++s) {
-      biased[Q3ScaleEntry(r, s)] = static_cast<uint8_t>(quant::Q3KScale(rows[r]->scales, s) + 32);
+      biased[Q3ScaleEntry(r, s)] = static_cast<uint8_t>(quant::Q3KScale(b.scales, s) + 32);
     }
-    for (int e = 0; e < quant::kQK_K; ++e) {
-      u[Q3Vector(e)][8 * r + e % 8] = static_cast<uint8_t>(quant::Q3KQuant(*rows[r], e) + 4);
+    // u = q + 4 = low bits | (hmask bit << 2). Vector v's 8 elements of this row, e0 .. e0 + 7,
+    // have their low bits in 8 consecutive qs bytes (TwoBitField) and their high bits in 8
+    // consecutive hmask bytes (bit e / 32 of byte e % 32): eight at a time as 64-bit words.
+    for (int v = 0; v < 32; ++v) {
+      const int e0 = 16 * (v / 2) + 8 * (v % 2);
+      uint64_t lows, highs;
+      std::memcpy(&lows, b.qs + 32 * (e0 >> 7) + (e0 & 31), 8);
+      std::memcpy(&highs, b.hmask + (e0 & 31), 8);
+      lows = (lows >> (2 * ((e0 & 127) >> 5))) & 0x0303030303030303ull;
+      highs = (highs >> (e0 >> 5)) & 0x0101010101010101ull;
+      uint64_t low_run, high_run;
+      std::memcpy(&low_run, low2 + 64 * (v / 4) + 8 * r, 8);
+      std::memcpy(&high_run, high1 + 64 * (v / 8) + 8 * r, 8);
+      low_run |= lows << (2 * (v % 4));
+      high_run |= highs << (v % 8);
+      std::memcpy(low2 + 64 * (v / 4) + 8 * r, &low_run, 8);
+      std::memcpy(high1 + 64 * (v / 8) + 8 * r, &high_run, 8);
     }
   }
   std::memcpy(g, d, sizeof(d));
@@ -112,20 +126,6 @@ void PackGroupBlockQ3(const quant::BlockQ3K* const rows[kRows8], uint8_t* g) {
     uint8_t high = 0;
     for (int m = 0; m < 4; ++m) high |= static_cast<uint8_t>((biased[p + 32 * m] >> 4) << (2 * m));
     g[80 + p] = high;
-  }
-  for (int k = 0; k < 8; ++k) {
-    for (int q = 0; q < 64; ++q) {
-      uint8_t low = 0;
-      for (int m = 0; m < 4; ++m) low |= static_cast<uint8_t>((u[4 * k + m][q] & 3) << (2 * m));
-      g[112 + 64 * k + q] = low;
-    }
-  }
-  for (int k = 0; k < 4; ++k) {
-    for (int q = 0; q < 64; ++q) {
-      uint8_t high = 0;
-      for (int j = 0; j < 8; ++j) high |= static_cast<uint8_t>((u[8 * k + j][q] >> 2) << j);
-      g[624 + 64 * k + q] = high;
-    }
   }
 }
 

@@ -1,9 +1,12 @@
 #include "experts/stream_read.h"
 
 #include <immintrin.h>
+#include <sys/mman.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
+#include <new>
 #include <thread>
 #include <vector>
 
@@ -46,6 +49,17 @@ __attribute__((target("avx512f"))) uint64_t SumPrefetching64(const uint64_t* p, 
 }
 
 }  // namespace
+
+LineAlignedWords::LineAlignedWords(size_t n) : n_(n) {
+  // Whole 2 MiB pages, aligned to them, so that every page of the buffer can be a huge one.
+  constexpr size_t kHuge = size_t{2} << 20;
+  bytes_ = (n * sizeof(uint64_t) + kHuge - 1) / kHuge * kHuge;
+  words_ = static_cast<uint64_t*>(std::aligned_alloc(kHuge, bytes_));
+  if (words_ == nullptr) throw std::bad_alloc();
+  madvise(words_, bytes_, MADV_HUGEPAGE);  // advice only: ordinary pages without it
+}
+
+LineAlignedWords::~LineAlignedWords() { std::free(words_); }
 
 uint64_t SumWordsPlain(const uint64_t* p, size_t n) {
   uint64_t a = 0, b = 0, c = 0, d = 0;

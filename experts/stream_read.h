@@ -10,7 +10,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 
 namespace tandem::experts {
 
@@ -21,21 +20,21 @@ uint64_t SumWordsPlain(const uint64_t* p, size_t n);
 // prefetch kPrefetchBytesAhead ahead. p is 64-byte aligned and n a multiple of 16 (two lines).
 uint64_t SumWordsPrefetching(const uint64_t* p, size_t n);
 
-// n words starting on a 64-byte line, uninitialised: a buffer for the readers above.
+// n words starting on a 64-byte line, uninitialised: a buffer for the readers above. Huge pages
+// are asked for (madvise), as PackedExperts asks for them for the repacked experts the pool reads:
+// a ceiling must not be read through smaller pages than the kernels it is compared with.
 class LineAlignedWords {
  public:
-  explicit LineAlignedWords(size_t n)
-      : raw_(new uint64_t[n + 8]),
-        words_(reinterpret_cast<uint64_t*>((reinterpret_cast<uintptr_t>(raw_.get()) + 63) &
-                                           ~uintptr_t{63})),
-        n_(n) {}
+  explicit LineAlignedWords(size_t n);
+  ~LineAlignedWords();
+  LineAlignedWords(const LineAlignedWords&) = delete;
+  LineAlignedWords& operator=(const LineAlignedWords&) = delete;
   uint64_t* data() const { return words_; }
   size_t size() const { return n_; }
 
  private:
-  std::unique_ptr<uint64_t[]> raw_;
   uint64_t* words_;
-  size_t n_;
+  size_t n_, bytes_;
 };
 
 // What StreamReadClaimed read: the rate over the whole call (thread start and join included) and
