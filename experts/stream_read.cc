@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <new>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "experts/kernel_prefetch.h"
@@ -58,6 +59,11 @@ LineAlignedWords::LineAlignedWords(size_t n) : n_(n) {
   if (words_ == nullptr) throw std::bad_alloc();
   madvise(words_, bytes_, MADV_HUGEPAGE);  // advice only: ordinary pages without it
 }
+
+LineAlignedWords::LineAlignedWords(LineAlignedWords&& o) noexcept
+    : words_(std::exchange(o.words_, nullptr)),
+      n_(std::exchange(o.n_, 0)),
+      bytes_(std::exchange(o.bytes_, 0)) {}
 
 LineAlignedWords::~LineAlignedWords() { std::free(words_); }
 

@@ -27,8 +27,8 @@ class LineAlignedWords {
  public:
   explicit LineAlignedWords(size_t n);
   ~LineAlignedWords();
-  LineAlignedWords(const LineAlignedWords&) = delete;
-  LineAlignedWords& operator=(const LineAlignedWords&) = delete;
+  LineAlignedWords(LineAlignedWords&& o) noexcept;
+  LineAlignedWords& operator=(LineAlignedWords&&) = delete;
   uint64_t* data() const { return words_; }
   size_t size() const { return n_; }
 
