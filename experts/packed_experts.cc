@@ -5,6 +5,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -21,6 +23,17 @@ bool Packs(const ExpertTensor& t, Isa isa) {
 }
 
 }  // namespace
+
+int64_t AvailableMemoryBytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return 0;
+}
 
 PackedExperts::Buffer::Buffer(Buffer&& o) noexcept
     : data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}

@@ -1,7 +1,7 @@
 // Expert tensors repacked once, at load, into the layouts the pool's kernels read fastest on this
-// CPU (rows8.h: Q4_K on AVX-512), and owned here. The pool computes the same sums either way
-// (float rounding aside); packing trades a copy of those tensors in RAM and a pass over them at
-// load for 1.4-1.9x less kernel time a byte (docs/perf/experts.md, session 20).
+// CPU (rows8.h: Q4_K and Q3_K on AVX-512 and AVX2), and owned here. The pool computes the same sums
+// either way (float rounding aside); packing trades a copy of those tensors in RAM and a pass over
+// them at load for less kernel time a byte (docs/perf/experts.md, session 20).
 #pragma once
 
 #include <cstdint>
@@ -10,6 +10,12 @@
 #include "experts/pool.h"
 
 namespace tandem::experts {
+
+// Memory the OS could give this process now without swapping, from MemAvailable in /proc/meminfo
+// (free memory plus reclaimable caches, a model file's cached pages among them); 0 when it cannot
+// tell. The engine checks a repack's copy against it before making one: an anonymous mapping of
+// any size succeeds, and running out while filling it would end the process.
+int64_t AvailableMemoryBytes();
 
 class PackedExperts {
  public:

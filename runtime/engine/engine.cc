@@ -51,6 +51,9 @@ class PoolExpertComputer : public reference::ExpertComputer {
  public:
   PoolExpertComputer(experts::ExpertPool* pool, int n_layer)
       : pool_(pool), layers_(n_layer), packed_(n_layer) {}
+  // A late item's losing run may still read the repacked weights after its Run returned
+  // (ExpertPool::Run); the pool outlives this object (Engine declares it first).
+  ~PoolExpertComputer() override { pool_->WaitIdle(); }
 
   // The repacked experts of `layer`, nullptr when it was not repacked.
   const experts::ExpertWeights* Layer(int layer) const {
@@ -270,6 +273,17 @@ absl::StatusOr<std::vector<experts::ExpertWeights>> PrepareExperts(
     }
   }
   if (to_pack.empty()) return layers;
+  // The copy must fit beside what is already resident, with room for the caches a session
+  // allocates; else the experts are read in place (same sums, slower kernels), and a note says so.
+  constexpr int64_t kHeadroom = int64_t{2} << 30;
+  if (const int64_t available = experts::AvailableMemoryBytes();
+      available > 0 && static_cast<int64_t>(pack_total) + kHeadroom > available) {
+    notes->push_back(absl::StrFormat(
+        "expert pool: not repacking %.2f GiB of experts for the %s kernels: %.2f GiB of memory "
+        "available; reading them in place (the same results, slower)",
+        pack_total / double(1 << 30), experts::IsaName(pool.isa()), available / double(1 << 30)));
+    return layers;
+  }
   const auto t0 = std::chrono::steady_clock::now();
   uint64_t done = 0;
   int64_t packed_bytes = 0;
