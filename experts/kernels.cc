@@ -66,7 +66,9 @@ void SiluMul(Isa isa, float* h, const float* u, int64_t n) {
 DotFn GetDotKernel(Isa isa, quant::GgmlType type, WeightLayout layout) {
   if (!CpuSupports(isa)) return nullptr;
   if (layout == WeightLayout::kRows8) {
-    return isa == Isa::kAvx512 ? GetAvx512Rows8Kernel(type) : nullptr;
+    return isa == Isa::kAvx512 ? GetAvx512Rows8Kernel(type)
+           : isa == Isa::kAvx2 ? GetAvx2Rows8Kernel(type)
+                               : nullptr;
   }
   switch (isa) {
     case Isa::kScalar: return GetScalarKernel(type);

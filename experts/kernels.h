@@ -47,7 +47,7 @@ using DotFn = void (*)(const uint8_t* w, int64_t w_stride, int n_wrows, int64_t 
 
 // The kernel for (isa, type) over weights in `layout`; nullptr when SupportsFormat(type) is false,
 // the CPU lacks `isa`, or there is no kernel for that layout (kRows8: Q4_K and Q3_K on kAvx512
-// only; its n_wrows must be a multiple of 8 and w the first row of a group).
+// and kAvx2; its n_wrows must be a multiple of 8 and w the first row of a group).
 DotFn GetDotKernel(Isa isa, quant::GgmlType type, WeightLayout layout = WeightLayout::kGguf);
 
 // SwiGLU between gate/up and down: h[i] = silu(h[i]) · u[i] = h[i] / (1 + e^-h[i]) · u[i] for

@@ -9,6 +9,7 @@
 
 #include "experts/exp_avx2.h"
 #include "experts/kernel_avx2_rows.h"
+#include "experts/kernel_rows8_avx2.h"
 #include "experts/kernel_simd.h"
 #include "experts/kernels_internal.h"
 
@@ -81,6 +82,17 @@ struct Avx2Policy {
 }  // namespace
 
 DotFn GetAvx2Kernel(quant::GgmlType type) { return DispatchFormat<SimdMaker<Avx2Policy>>(type); }
+
+DotFn GetAvx2Rows8Kernel(quant::GgmlType type) {
+  switch (type) {
+    case quant::GgmlType::kQ4_K:
+      return &DotRows8Avx2<Rows8Avx2Q4K>;
+    case quant::GgmlType::kQ3_K:
+      return &DotRows8Avx2<Rows8Avx2Q3K>;
+    default:
+      return nullptr;
+  }
+}
 
 namespace {
 

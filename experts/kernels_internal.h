@@ -11,8 +11,9 @@ namespace tandem::experts {
 DotFn GetScalarKernel(quant::GgmlType type);
 DotFn GetAvx2Kernel(quant::GgmlType type);
 DotFn GetAvx512Kernel(quant::GgmlType type);
-// The rows8-layout kernel (rows8.h) for `type`, nullptr where there is none (all but Q4_K, Q3_K).
+// The rows8-layout kernels (rows8.h) for `type`, nullptr where there is none (all but Q4_K, Q3_K).
 DotFn GetAvx512Rows8Kernel(quant::GgmlType type);
+DotFn GetAvx2Rows8Kernel(quant::GgmlType type);
 
 // The activation quantisers with AVX2, writing exactly what quant::QuantizeBlocks writes (a Q8_K
 // block holding a NaN is handed to the scalar code). The scalar ones call libm per element

@@ -1,9 +1,9 @@
-// The 8-row interleaved weight layout ("rows8") that the AVX-512 Q4_K and Q3_K kernels read: the
-// same bytes as GGUF's rows, rearranged once at load (PackRows8) so that one 64-byte vector feeds
-// eight weight rows to a vpdpbusd against one broadcast activation quad-pair, and each block's
-// scales (and mins) unpack for eight rows at once. Half the vector instructions of the GGUF-layout
-// kernel per weight byte (docs/perf/experts.md, session 20). Layout only: no threads, no
-// allocation.
+// The 8-row interleaved weight layout ("rows8") that the AVX-512 and AVX2 Q4_K and Q3_K kernels
+// read: the same bytes as GGUF's rows, rearranged once at load (PackRows8) so that one 64-byte
+// vector feeds eight weight rows to a vpdpbusd against one broadcast activation quad-pair, and each
+// block's scales (and mins) unpack for eight rows at once. Half the vector instructions of the
+// GGUF-layout kernel per weight byte (docs/perf/experts.md, session 20). Layout only: no threads,
+// no allocation.
 #pragma once
 
 #include <cstdint>

@@ -265,13 +265,13 @@ TEST(IsaTest, ResolveNamesAndRefusals) {
   }
 }
 
-// The rows8 layout (rows8.h): a lossless rearrangement, and its AVX-512 kernels against the
-// GGUF-layout scalar kernel (float rounding only: the integer block sums are the same) and the
+// The rows8 layout (rows8.h): a lossless rearrangement, and its AVX-512 and AVX2 kernels against
+// the GGUF-layout scalar kernel (float rounding only: the integer block sums are the same) and the
 // fp32 dot products, over row counts, weight-row groups and spans.
-class Rows8Test : public ::testing::TestWithParam<GgmlType> {};
+class Rows8Test : public ::testing::TestWithParam<std::tuple<GgmlType, Isa>> {};
 
 TEST_P(Rows8Test, PackThenUnpackGivesBackTheBytes) {
-  const GgmlType type = GetParam();
+  const GgmlType type = std::get<0>(GetParam());
   for (const auto& [rows, k_blocks] : {std::pair{8, 1}, std::pair{16, 3}, std::pair{40, 8}}) {
     const int64_t k = int64_t{k_blocks} * quant::kQK_K;
     const std::vector<uint8_t> w = RandomWeights(type, rows, k, 11 + rows);
@@ -284,9 +284,9 @@ TEST_P(Rows8Test, PackThenUnpackGivesBackTheBytes) {
 }
 
 TEST_P(Rows8Test, KernelMatchesGgufKernelAndFp32) {
-  const GgmlType type = GetParam();
-  if (!CpuSupports(Isa::kAvx512)) GTEST_SKIP() << "this CPU lacks avx512: no rows8 kernel";
-  const DotFn rows8 = GetDotKernel(Isa::kAvx512, type, WeightLayout::kRows8);
+  const auto [type, isa] = GetParam();
+  if (!CpuSupports(isa)) GTEST_SKIP() << "this CPU lacks " << IsaName(isa);
+  const DotFn rows8 = GetDotKernel(isa, type, WeightLayout::kRows8);
   const DotFn scalar = GetDotKernel(Isa::kScalar, type);
   ASSERT_NE(rows8, nullptr);
   const std::vector<int> many = {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 33};
@@ -328,22 +328,27 @@ TEST_P(Rows8Test, KernelMatchesGgufKernelAndFp32) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Formats, Rows8Test, testing::Values(GgmlType::kQ4_K, GgmlType::kQ3_K),
-                         [](const auto& info) {
-                           return std::string(quant::GetTypeInfo(info.param).name);
-                         });
+INSTANTIATE_TEST_SUITE_P(Formats, Rows8Test,
+                         testing::Combine(testing::Values(GgmlType::kQ4_K, GgmlType::kQ3_K),
+                                          testing::Values(Isa::kAvx2, Isa::kAvx512)),
+                         Name);
 
-TEST(Rows8LayoutTest, OnlyQ4KAndQ3KOnAvx512AndWholeGroups) {
+TEST(Rows8LayoutTest, OnlyQ4KAndQ3KOnSimdIsasAndWholeGroups) {
   EXPECT_TRUE(CanPackRows8(GgmlType::kQ4_K, 768));
   EXPECT_TRUE(CanPackRows8(GgmlType::kQ3_K, 2048));
   EXPECT_FALSE(CanPackRows8(GgmlType::kQ4_K, 12));
   EXPECT_FALSE(CanPackRows8(GgmlType::kQ3_K, 0));
   EXPECT_FALSE(CanPackRows8(GgmlType::kQ6_K, 768));
   EXPECT_EQ(GetDotKernel(Isa::kScalar, GgmlType::kQ4_K, WeightLayout::kRows8), nullptr);
-  EXPECT_EQ(GetDotKernel(Isa::kAvx2, GgmlType::kQ3_K, WeightLayout::kRows8), nullptr);
+  EXPECT_EQ(GetDotKernel(Isa::kScalar, GgmlType::kQ3_K, WeightLayout::kRows8), nullptr);
   EXPECT_EQ(GetDotKernel(Isa::kAvx512, GgmlType::kQ6_K, WeightLayout::kRows8), nullptr);
-  EXPECT_EQ(GetDotKernel(Isa::kAvx512, GgmlType::kQ4_K, WeightLayout::kRows8) != nullptr,
-            CpuSupports(Isa::kAvx512));
+  EXPECT_EQ(GetDotKernel(Isa::kAvx2, GgmlType::kQ6_K, WeightLayout::kRows8), nullptr);
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
+    for (GgmlType type : {GgmlType::kQ4_K, GgmlType::kQ3_K}) {
+      EXPECT_EQ(GetDotKernel(isa, type, WeightLayout::kRows8) != nullptr, CpuSupports(isa))
+          << IsaName(isa) << " " << quant::GetTypeInfo(type).name;
+    }
+  }
 }
 
 // The sums at their bounds against activations of one sign (±127 and -128): Q4_K with every
@@ -351,7 +356,7 @@ TEST(Rows8LayoutTest, OnlyQ4KAndQ3KOnAvx512AndWholeGroups) {
 // quant at -4 (hmask and low bits clear) and at 3 (all set), scales at -32 (biased 0) and 31 (63):
 // the chains near ±8192 and the scaled sums near 2^30.
 TEST(Rows8LayoutTest, LargestWeightsAndActivationsMatchScalar) {
-  if (!CpuSupports(Isa::kAvx512)) GTEST_SKIP() << "this CPU lacks avx512: no rows8 kernel";
+  if (!CpuSupports(Isa::kAvx2)) GTEST_SKIP() << "this CPU lacks avx2: no rows8 kernel";
   constexpr int64_t kBlocks = 3, k = kBlocks * quant::kQK_K;
   constexpr int kRows = 16;
   std::vector<uint8_t> q4(kRows * kBlocks * sizeof(quant::BlockQ4K), 0xFF);
@@ -373,19 +378,22 @@ TEST(Rows8LayoutTest, LargestWeightsAndActivationsMatchScalar) {
         std::pair{GgmlType::kQ3_K, &q3_low}}) {
     std::vector<uint8_t> packed(w->size());
     PackRows8(type, w->data(), kRows, k, packed.data());
-    const DotFn rows8 = GetDotKernel(Isa::kAvx512, type, WeightLayout::kRows8);
     const DotFn scalar = GetDotKernel(Isa::kScalar, type);
-    for (int n_act = 1; n_act <= kMaxKernelRows; ++n_act) {
-      std::vector<float> x(static_cast<size_t>(n_act * k));
-      for (int64_t i = 0; i < n_act * k; ++i) x[i] = (i / k) % 2 ? -1.0f : 1.0f;
-      const QuantizedRows q = QuantizeRows(type, x, n_act, k);
-      std::vector<float> got(static_cast<size_t>(n_act * kRows)), want(got.size());
-      rows8(packed.data(), quant::RowBytes(type, k), kRows, k, q.rows.data(), n_act, got.data(),
-            kRows);
-      scalar(w->data(), quant::RowBytes(type, k), kRows, k, q.rows.data(), n_act, want.data(),
-             kRows);
-      EXPECT_LT(NormalisedError(got.data(), want.data(), got.size()), kScalarBound)
-          << quant::GetTypeInfo(type).name << " act rows " << n_act;
+    for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
+      if (!CpuSupports(isa)) continue;
+      const DotFn rows8 = GetDotKernel(isa, type, WeightLayout::kRows8);
+      for (int n_act = 1; n_act <= kMaxKernelRows; ++n_act) {
+        std::vector<float> x(static_cast<size_t>(n_act * k));
+        for (int64_t i = 0; i < n_act * k; ++i) x[i] = (i / k) % 2 ? -1.0f : 1.0f;
+        const QuantizedRows q = QuantizeRows(type, x, n_act, k);
+        std::vector<float> got(static_cast<size_t>(n_act * kRows)), want(got.size());
+        rows8(packed.data(), quant::RowBytes(type, k), kRows, k, q.rows.data(), n_act, got.data(),
+              kRows);
+        scalar(w->data(), quant::RowBytes(type, k), kRows, k, q.rows.data(), n_act, want.data(),
+               kRows);
+        EXPECT_LT(NormalisedError(got.data(), want.data(), got.size()), kScalarBound)
+            << quant::GetTypeInfo(type).name << " " << IsaName(isa) << " act rows " << n_act;
+      }
     }
   }
 }

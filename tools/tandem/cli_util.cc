@@ -38,10 +38,11 @@ void AddExpertPoolFlags(CLI::App* cmd, std::string* isa, bool* numa, int* backup
                   "never)")
       ->capture_default_str();
   cmd->add_flag("!--no-cpu-repack", *repack,
-                "CPU expert pool: read Q4_K experts in place from the model, instead of a copy "
-                "repacked at load into the 8-row layout of the AVX-512 kernel (the default where "
-                "the pool runs avx512: 1.4-1.9x less kernel time a byte, the same sums; the copy "
-                "takes as much RAM as those experts)");
+                "CPU expert pool: read Q4_K and Q3_K experts in place from the model, instead of "
+                "a copy repacked at load into the 8-row layout of the pool's fastest kernels (the "
+                "default with avx512 or avx2: the same sums, less time a layer; the copy takes as "
+                "much RAM as those experts, and is skipped with a note when that is not "
+                "available)");
 }
 
 void AddEngineFlags(CLI::App* cmd, engine::EngineOptions* options) {
