@@ -12,14 +12,12 @@
 #include <cstdint>
 #include <cstring>
 
+#include "experts/kernel_rows8_common.h"
 #include "experts/rows8.h"
 #include "runtime/quant/q8_k.h"
 
 namespace tandem::experts {
 namespace {
-
-// As the AVX-512 kernels' (kernel_rows8_avx512.h): bytes ahead kept requested.
-inline constexpr int64_t kRows8Avx2PrefetchBytes = 4608;
 
 inline __m256i BroadcastQword256(const void* p) {
   int64_t v;
@@ -27,22 +25,26 @@ inline __m256i BroadcastQword256(const void* p) {
   return _mm256_set1_epi64x(v);
 }
 
-inline void Rows8Avx2Prefetch(const uint8_t* blk, int64_t bytes, const uint8_t* end) {
-  const char* ahead = reinterpret_cast<const char*>(blk) + kRows8Avx2PrefetchBytes;
-  if (ahead >= reinterpret_cast<const char*>(end)) return;
-  for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T0);
-}
-
-// vpshufb index (per 128-bit lane, which holds rows 2l, 2l + 1 of the half) that puts byte
-// `entry` + i of the lane into every `step`-th byte from `at` of qword i, zeroing the rest.
+// vpshufb index for a 32-byte half (Rows8IndexBytes).
 inline __m256i Rows8Avx2Index(int entry, int at, int step) {
   alignas(32) int8_t ix[32];
-  for (int p = 0; p < 32; ++p) {
-    const int i = (p % 16) / 8, b = p % 8;
-    ix[p] = (b >= at && (b - at) % step == 0) ? static_cast<int8_t>(entry + i)
-                                              : static_cast<int8_t>(0x80);
-  }
+  Rows8IndexBytes(ix, 32, entry, at, step);
   return _mm256_load_si256(reinterpret_cast<const __m256i*>(ix));
+}
+
+// Group<N> of F over both 4-row halves of every group of a call (F::Groups).
+template <class F, int N>
+void Rows8Avx2Groups(const uint8_t* w, int64_t w_stride, int n_groups, int64_t b0, int64_t span,
+                     const typename F::Prepared& p, const uint8_t* const* act, float* out,
+                     int64_t out_stride) {
+  const uint8_t* end = w + n_groups * kRows8 * w_stride;
+  for (int g = 0; g < n_groups; ++g) {
+    const uint8_t* gw = w + g * kRows8 * w_stride + b0 * F::kGroupBlockBytes;
+    for (int half = 0; half < 2; ++half) {
+      F::template Group<N>(gw, half, span, end, p, act, b0, out + g * kRows8 + 4 * half, out_stride,
+                           b0 == 0);
+    }
+  }
 }
 
 // Lanes 2r, 2r + 1 of acc[a] (r < 4) summed into out[a * out_stride + r] (stored when `first`).
@@ -66,27 +68,7 @@ inline __m256 PickRows4(__m128 f) {
 
 struct Rows8Avx2Q4K {
   static constexpr int64_t kGroupBlockBytes = kRows8GroupBlockBytesQ4K;
-  static constexpr int64_t kSpanBlocks = 64;
-
-  struct Prepared {
-    // As Rows8Q4K's: the 32-element bsums of s = 0, 1, 4, 5 then 2, 3, 6, 7.
-    alignas(32) int16_t bsum_pairs[kRows8][kSpanBlocks][8];
-    float d[kRows8][kSpanBlocks];
-
-    void Prepare(const uint8_t* const* act, int n, int64_t b0, int64_t span) {
-      static constexpr int kOrder[8] = {0, 1, 4, 5, 2, 3, 6, 7};
-      for (int a = 0; a < n; ++a) {
-        const auto* y = reinterpret_cast<const quant::BlockQ8K*>(act[a]) + b0;
-        for (int64_t j = 0; j < span; ++j) {
-          for (int i = 0; i < 8; ++i) {
-            const int s = kOrder[i];
-            bsum_pairs[a][j][i] = static_cast<int16_t>(y[j].bsums[2 * s] + y[j].bsums[2 * s + 1]);
-          }
-          d[a][j] = y[j].d;
-        }
-      }
-    }
-  };
+  using Prepared = Rows8Q4KPrepared;
 
   // Scale s of row 2l + i in all four words of qword i; min pairs (m_s, m_s+1) of s = 0, 1 | 4, 5
   // and of 2, 3 | 6, 7 in words (0, 1 | 2, 3).
@@ -94,18 +76,19 @@ struct Rows8Avx2Q4K {
     __m256i scale[8], min[2];
     Shuffles() {
       for (int s = 0; s < 8; ++s) scale[s] = Rows8Avx2Index(2 * s, 0, 2);
-      static constexpr int kPairs[2][4] = {{0, 1, 4, 5}, {2, 3, 6, 7}};
       for (int v = 0; v < 2; ++v) {
         alignas(32) int8_t ix[32];
-        for (int p = 0; p < 32; ++p) {
-          const int i = (p % 16) / 8, b = p % 8;
-          ix[p] = b % 2 == 0 ? static_cast<int8_t>(2 * kPairs[v][b / 2] + i)
-                             : static_cast<int8_t>(0x80);
-        }
+        Rows8MinPairIndexBytes(ix, 32, v);
         min[v] = _mm256_load_si256(reinterpret_cast<const __m256i*>(ix));
       }
     }
   };
+
+  template <int N>
+  static void Groups(const uint8_t* w, int64_t w_stride, int n_groups, int64_t b0, int64_t span,
+                     const Prepared& p, const uint8_t* const* act, float* out, int64_t out_stride) {
+    Rows8Avx2Groups<Rows8Avx2Q4K, N>(w, w_stride, n_groups, b0, span, p, act, out, out_stride);
+  }
 
   // Half `half` (rows 4·half .. +3) of one group over blocks [b0, b0 + span), N activation rows.
   template <int N>
@@ -118,7 +101,7 @@ struct Rows8Avx2Q4K {
     for (int a = 0; a < N; ++a) acc[a] = _mm256_setzero_ps();
     for (int64_t j = 0; j < span; ++j) {
       const uint8_t* blk = g + j * kGroupBlockBytes;
-      if (half == 0) Rows8Avx2Prefetch(blk, kGroupBlockBytes, end);
+      if (half == 0) Rows8Prefetch(blk, kGroupBlockBytes, end);
       // This half's 32 scale/min entries: low nibbles, and the top bits from the low (half 0)
       // or high (half 1) nibbles of the 32 packed bytes.
       const __m256i low =
@@ -177,27 +160,9 @@ struct Rows8Avx2Q4K {
 
 struct Rows8Avx2Q3K {
   static constexpr int64_t kGroupBlockBytes = kRows8GroupBlockBytesQ3K;
-  static constexpr int64_t kSpanBlocks = 32;
-
-  struct Prepared {
-    // Row a, block j, sub-block s: int16 words (-4 · bsum_s, 0, 0, 0), added to row r's first
-    // word so that lane 2r's sum loses the q + 4 offset of all 16 elements.
-    alignas(32) int16_t start[kRows8][kSpanBlocks][16][4];
-    float d[kRows8][kSpanBlocks];
-
-    void Prepare(const uint8_t* const* act, int n, int64_t b0, int64_t span) {
-      for (int a = 0; a < n; ++a) {
-        const auto* y = reinterpret_cast<const quant::BlockQ8K*>(act[a]) + b0;
-        for (int64_t j = 0; j < span; ++j) {
-          for (int s = 0; s < 16; ++s) {
-            start[a][j][s][0] = static_cast<int16_t>(-4 * y[j].bsums[s]);
-            start[a][j][s][1] = start[a][j][s][2] = start[a][j][s][3] = 0;
-          }
-          d[a][j] = y[j].d;
-        }
-      }
-    }
-  };
+  // Words (-4 · bsum_s, 0, 0, 0), added to row r's first word so that lane 2r's sum loses the
+  // q + 4 offset of all 16 elements.
+  using Prepared = Rows8Q3KPrepared<int16_t>;
 
   // Signed scale s of row 2l + i in the high byte of all four words of qword i (256 · scale).
   struct Shuffles {
@@ -206,6 +171,12 @@ struct Rows8Avx2Q3K {
       for (int s = 0; s < 8; ++s) scale[s] = Rows8Avx2Index(2 * s, 1, 2);
     }
   };
+
+  template <int N>
+  static void Groups(const uint8_t* w, int64_t w_stride, int n_groups, int64_t b0, int64_t span,
+                     const Prepared& p, const uint8_t* const* act, float* out, int64_t out_stride) {
+    Rows8Avx2Groups<Rows8Avx2Q3K, N>(w, w_stride, n_groups, b0, span, p, act, out, out_stride);
+  }
 
   template <int N>
   static void Group(const uint8_t* g, int half, int64_t span, const uint8_t* end, const Prepared& p,
@@ -218,7 +189,7 @@ struct Rows8Avx2Q3K {
     for (int a = 0; a < N; ++a) acc[a] = _mm256_setzero_ps();
     for (int64_t j = 0; j < span; ++j) {
       const uint8_t* blk = g + j * kGroupBlockBytes;
-      if (half == 0) Rows8Avx2Prefetch(blk, kGroupBlockBytes, end);
+      if (half == 0) Rows8Prefetch(blk, kGroupBlockBytes, end);
       // Entries 32·half .. +31 of each 64-entry set (scales 0..7, then 8..15) of this half's rows:
       // low nibbles, and top bits m = half (first set) or 2 + half (second) of the packed bytes.
       const __m256i low =
@@ -280,42 +251,6 @@ struct Rows8Avx2Q3K {
     StoreRows4<N>(acc, out, out_stride, first);
   }
 };
-
-template <class F, int N>
-void Rows8Avx2Groups(const uint8_t* w, int64_t w_stride, int n_groups, int64_t b0, int64_t span,
-                     const typename F::Prepared& p, const uint8_t* const* act, float* out,
-                     int64_t out_stride) {
-  const uint8_t* end = w + n_groups * kRows8 * w_stride;
-  for (int g = 0; g < n_groups; ++g) {
-    const uint8_t* gw = w + g * kRows8 * w_stride + b0 * F::kGroupBlockBytes;
-    for (int half = 0; half < 2; ++half) {
-      F::template Group<N>(gw, half, span, end, p, act, b0, out + g * kRows8 + 4 * half, out_stride,
-                           b0 == 0);
-    }
-  }
-}
-
-// DotFn over the rows8 layout of F's type (as DotRows8 in kernel_rows8_avx512.h).
-template <class F>
-void DotRows8Avx2(const uint8_t* w, int64_t w_stride, int n_wrows, int64_t k,
-                  const uint8_t* const* act, int n_act, float* out, int64_t out_stride) {
-  static constexpr decltype(&Rows8Avx2Groups<F, 1>) kGroupsFor[kRows8] = {
-      &Rows8Avx2Groups<F, 1>, &Rows8Avx2Groups<F, 2>, &Rows8Avx2Groups<F, 3>,
-      &Rows8Avx2Groups<F, 4>, &Rows8Avx2Groups<F, 5>, &Rows8Avx2Groups<F, 6>,
-      &Rows8Avx2Groups<F, 7>, &Rows8Avx2Groups<F, 8>};
-  typename F::Prepared prepared;
-  const int64_t nb = k / quant::kQK_K;
-  const int n_groups = n_wrows / kRows8;
-  for (int64_t b0 = 0; b0 < nb; b0 += F::kSpanBlocks) {
-    const int64_t span = std::min(F::kSpanBlocks, nb - b0);
-    for (int c = 0; c < n_act; c += kRows8) {
-      const int n = std::min(kRows8, n_act - c);
-      prepared.Prepare(act + c, n, b0, span);
-      kGroupsFor[n - 1](w, w_stride, n_groups, b0, span, prepared, act + c, out + c * out_stride,
-                        out_stride);
-    }
-  }
-}
 
 }  // namespace
 }  // namespace tandem::experts

@@ -15,29 +15,17 @@
 #include <cstdint>
 #include <cstring>
 
+#include "experts/kernel_rows8_common.h"
 #include "experts/rows8.h"
 #include "runtime/quant/q8_k.h"
 
 namespace tandem::experts {
 namespace {
 
-// Bytes ahead of the block being read that the kernels keep requested, within the call's own
-// rows. Standalone reader on the 16-core H200 host, 16 threads, 1.1 GB of 768 x 2048 Q4_K matrices
-// at 1 row (2026-12-01): none 67-81 GB/s, 2304 80-100, 4608 85-88, 9216 85-112, while the plain
-// read measured 88-134 (a noisy host); the GGUF kernel 62-106.
-inline constexpr int64_t kRows8PrefetchBytes = 4608;
-
 inline __m512i BroadcastQword(const void* p) {
   int64_t v;
   std::memcpy(&v, p, sizeof(v));
   return _mm512_set1_epi64(v);
-}
-
-// Requests the group block `kRows8PrefetchBytes` past blk (`bytes` long) unless that is past end.
-inline void Rows8Prefetch(const uint8_t* blk, int64_t bytes, const uint8_t* end) {
-  const char* ahead = reinterpret_cast<const char*>(blk) + kRows8PrefetchBytes;
-  if (ahead >= reinterpret_cast<const char*>(end)) return;
-  for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T0);
 }
 
 // Lanes 2r, 2r + 1 of acc[a] summed into out[a * out_stride + r] for r < 8 (stored when `first`).
@@ -55,38 +43,25 @@ inline void StoreRows8(const __m512* acc, float* out, int64_t out_stride, bool f
 // `entry` + i of the lane into bytes `at` and `at` + 4 of qword i, zeroing every other byte.
 inline __m512i Rows8PairIndex(int entry, int at) {
   alignas(64) int8_t ix[64];
-  for (int p = 0; p < 64; ++p) {
-    const int i = (p % 16) / 8, b = p % 8;
-    ix[p] = (b == at || b == at + 4) ? static_cast<int8_t>(entry + i) : static_cast<int8_t>(0x80);
-  }
+  Rows8IndexBytes(ix, 64, entry, at, 4);
   return _mm512_load_si512(ix);
+}
+
+// Group<N> of F over every group of a call (F::Groups).
+template <class F, int N>
+void Rows8Groups(const uint8_t* w, int64_t w_stride, int n_groups, int64_t b0, int64_t span,
+                 const typename F::Prepared& p, const uint8_t* const* act, float* out,
+                 int64_t out_stride) {
+  const uint8_t* end = w + n_groups * kRows8 * w_stride;
+  for (int g = 0; g < n_groups; ++g) {
+    const uint8_t* gw = w + g * kRows8 * w_stride + b0 * F::kGroupBlockBytes;
+    F::template Group<N>(gw, span, end, p, act, b0, out + g * kRows8, out_stride, b0 == 0);
+  }
 }
 
 struct Rows8Q4K {
   static constexpr int64_t kGroupBlockBytes = kRows8GroupBlockBytesQ4K;
-  // Activation blocks prepared at a time: the whole row for k up to 16384.
-  static constexpr int64_t kSpanBlocks = 64;
-
-  struct Prepared {
-    // Row a, block j: the bsums of 32-element sub-blocks s = 0, 1, 4, 5 then 2, 3, 6, 7 (int16),
-    // so that a broadcast qword pairs them with the mins of lanes 2r (s < 4) and 2r + 1 (s >= 4).
-    alignas(64) int16_t bsum_pairs[kRows8][kSpanBlocks][8];
-    float d[kRows8][kSpanBlocks];
-
-    void Prepare(const uint8_t* const* act, int n, int64_t b0, int64_t span) {
-      static constexpr int kOrder[8] = {0, 1, 4, 5, 2, 3, 6, 7};
-      for (int a = 0; a < n; ++a) {
-        const auto* y = reinterpret_cast<const quant::BlockQ8K*>(act[a]) + b0;
-        for (int64_t j = 0; j < span; ++j) {
-          for (int i = 0; i < 8; ++i) {
-            const int s = kOrder[i];
-            bsum_pairs[a][j][i] = static_cast<int16_t>(y[j].bsums[2 * s] + y[j].bsums[2 * s + 1]);
-          }
-          d[a][j] = y[j].d;
-        }
-      }
-    }
-  };
+  using Prepared = Rows8Q4KPrepared;
 
   // vpshufb indices: sub-block s's scale of row 2l + i into int16 words 0 and 2 of qword i (the
   // (scale, 0) pairs of lanes 2r and 2r + 1); min pairs (m_s, m_s+1) of s = 0, 1 | 4, 5 and of
@@ -95,18 +70,19 @@ struct Rows8Q4K {
     __m512i scale[8], min[2];
     Shuffles() {
       for (int s = 0; s < 8; ++s) scale[s] = Rows8PairIndex(2 * s, 0);
-      static constexpr int kPairs[2][4] = {{0, 1, 4, 5}, {2, 3, 6, 7}};
       for (int v = 0; v < 2; ++v) {
         alignas(64) int8_t ix[64];
-        for (int p = 0; p < 64; ++p) {
-          const int i = (p % 16) / 8, b = p % 8;
-          ix[p] = b % 2 == 0 ? static_cast<int8_t>(2 * kPairs[v][b / 2] + i)
-                             : static_cast<int8_t>(0x80);
-        }
+        Rows8MinPairIndexBytes(ix, 64, v);
         min[v] = _mm512_load_si512(ix);
       }
     }
   };
+
+  template <int N>
+  static void Groups(const uint8_t* w, int64_t w_stride, int n_groups, int64_t b0, int64_t span,
+                     const Prepared& p, const uint8_t* const* act, float* out, int64_t out_stride) {
+    Rows8Groups<Rows8Q4K, N>(w, w_stride, n_groups, b0, span, p, act, out, out_stride);
+  }
 
   // One group of 8 weight rows over blocks [b0, b0 + span) against N activation rows.
   template <int N>
@@ -179,27 +155,7 @@ struct Rows8Q4K {
 
 struct Rows8Q3K {
   static constexpr int64_t kGroupBlockBytes = kRows8GroupBlockBytesQ3K;
-  // Activation blocks prepared at a time (32 KiB of chain starts for 8 rows): k up to 8192.
-  static constexpr int64_t kSpanBlocks = 32;
-
-  struct Prepared {
-    // Row a, block j, sub-block s: (-4 · bsum_s, 0) as int32, the starts of lanes 2r and 2r + 1.
-    alignas(64) int32_t start[kRows8][kSpanBlocks][16][2];
-    float d[kRows8][kSpanBlocks];
-
-    void Prepare(const uint8_t* const* act, int n, int64_t b0, int64_t span) {
-      for (int a = 0; a < n; ++a) {
-        const auto* y = reinterpret_cast<const quant::BlockQ8K*>(act[a]) + b0;
-        for (int64_t j = 0; j < span; ++j) {
-          for (int s = 0; s < 16; ++s) {
-            start[a][j][s][0] = -4 * y[j].bsums[s];
-            start[a][j][s][1] = 0;
-          }
-          d[a][j] = y[j].d;
-        }
-      }
-    }
-  };
+  using Prepared = Rows8Q3KPrepared<int32_t>;  // (-4 · bsum_s, 0): the starts of lanes 2r, 2r + 1
 
   // vpshufb indices: sub-block s's signed scale of row 2l + i into the high byte of int16 words 0
   // and 2 of qword i (256 · scale: exact, and the sign lands where vpdpwssd reads it; the 1/256 is
@@ -211,6 +167,13 @@ struct Rows8Q3K {
     }
   };
 
+  template <int N>
+  static void Groups(const uint8_t* w, int64_t w_stride, int n_groups, int64_t b0, int64_t span,
+                     const Prepared& p, const uint8_t* const* act, float* out, int64_t out_stride) {
+    Rows8Groups<Rows8Q3K, N>(w, w_stride, n_groups, b0, span, p, act, out, out_stride);
+  }
+
+  // One group of 8 weight rows over blocks [b0, b0 + span) against N activation rows.
   template <int N>
   static void Group(const uint8_t* g, int64_t span, const uint8_t* end, const Prepared& p,
                     const uint8_t* const* act, int64_t b0, float* out, int64_t out_stride,
@@ -286,40 +249,6 @@ struct Rows8Q3K {
     StoreRows8<N>(acc, out, out_stride, first);
   }
 };
-
-template <class F, int N>
-void Rows8Groups(const uint8_t* w, int64_t w_stride, int n_groups, int64_t b0, int64_t span,
-                 const typename F::Prepared& p, const uint8_t* const* act, float* out,
-                 int64_t out_stride) {
-  const uint8_t* end = w + n_groups * kRows8 * w_stride;
-  for (int g = 0; g < n_groups; ++g) {
-    const uint8_t* gw = w + g * kRows8 * w_stride + b0 * F::kGroupBlockBytes;
-    F::template Group<N>(gw, span, end, p, act, b0, out + g * kRows8, out_stride, b0 == 0);
-  }
-}
-
-// DotFn over the rows8 layout of F's type: w at the first row of a group, n_wrows a multiple of
-// 8, w_stride the GGUF row bytes (a group is 8 · w_stride bytes).
-template <class F>
-void DotRows8(const uint8_t* w, int64_t w_stride, int n_wrows, int64_t k, const uint8_t* const* act,
-              int n_act, float* out, int64_t out_stride) {
-  // Rows8Groups<F, N> for N = 1..8 activation rows at index N - 1.
-  static constexpr decltype(&Rows8Groups<F, 1>) kGroupsFor[kRows8] = {
-      &Rows8Groups<F, 1>, &Rows8Groups<F, 2>, &Rows8Groups<F, 3>, &Rows8Groups<F, 4>,
-      &Rows8Groups<F, 5>, &Rows8Groups<F, 6>, &Rows8Groups<F, 7>, &Rows8Groups<F, 8>};
-  typename F::Prepared prepared;
-  const int64_t nb = k / quant::kQK_K;
-  const int n_groups = n_wrows / kRows8;
-  for (int64_t b0 = 0; b0 < nb; b0 += F::kSpanBlocks) {
-    const int64_t span = std::min(F::kSpanBlocks, nb - b0);
-    for (int c = 0; c < n_act; c += kRows8) {
-      const int n = std::min(kRows8, n_act - c);
-      prepared.Prepare(act + c, n, b0, span);
-      kGroupsFor[n - 1](w, w_stride, n_groups, b0, span, prepared, act + c, out + c * out_stride,
-                        out_stride);
-    }
-  }
-}
 
 }  // namespace
 }  // namespace tandem::experts

@@ -86,9 +86,9 @@ DotFn GetAvx2Kernel(quant::GgmlType type) { return DispatchFormat<SimdMaker<Avx2
 DotFn GetAvx2Rows8Kernel(quant::GgmlType type) {
   switch (type) {
     case quant::GgmlType::kQ4_K:
-      return &DotRows8Avx2<Rows8Avx2Q4K>;
+      return &DotRows8<Rows8Avx2Q4K>;
     case quant::GgmlType::kQ3_K:
-      return &DotRows8Avx2<Rows8Avx2Q3K>;
+      return &DotRows8<Rows8Avx2Q3K>;
     default:
       return nullptr;
   }

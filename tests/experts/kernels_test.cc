@@ -44,11 +44,47 @@ struct Shape {
   std::vector<int> act_rows;
 };
 
+// dot over w_dot (the n_wrows rows of w as dot reads them: w itself, or repacked) against the
+// scalar kernel on w (float rounding: kScalarBound) and the fp32 products of w's decoded rows
+// (kKernelBound, from 3 blocks up), for each count of activation rows; outputs poisoned first
+// and strided, so that rows and rows past the end are checked.
+void ExpectNearScalarAndFp32(GgmlType type, DotFn dot, const uint8_t* w_dot,
+                             const std::vector<uint8_t>& w, int n_wrows, int64_t k, bool bounded,
+                             const std::vector<int>& act_rows, uint64_t seed) {
+  const DotFn scalar = GetDotKernel(Isa::kScalar, type);
+  const std::vector<float> wf = DecodeRows(type, w.data(), k, 0, n_wrows);
+  const int64_t row_bytes = quant::RowBytes(type, k);
+  for (int n_act : act_rows) {
+    const std::vector<float> x = RandomFloats(static_cast<size_t>(n_act * k), seed + n_act);
+    const QuantizedRows q = QuantizeRows(type, x, n_act, k);
+    const int64_t stride = n_wrows + 3;  // padded, to catch stride mistakes
+    std::vector<float> got(static_cast<size_t>(n_act * stride), std::nanf(""));
+    std::vector<float> ref_int(got.size(), std::nanf(""));
+    dot(w_dot, row_bytes, n_wrows, k, q.rows.data(), n_act, got.data(), stride);
+    scalar(w.data(), row_bytes, n_wrows, k, q.rows.data(), n_act, ref_int.data(), stride);
+    std::vector<float> g, want, s;
+    for (int a = 0; a < n_act; ++a) {
+      for (int r = 0; r < n_wrows; ++r) {
+        double acc = 0;
+        for (int64_t i = 0; i < k; ++i) acc += static_cast<double>(wf[r * k + i]) * x[a * k + i];
+        want.push_back(static_cast<float>(acc));
+        g.push_back(got[a * stride + r]);
+        s.push_back(ref_int[a * stride + r]);
+      }
+      for (int64_t r = n_wrows; r < stride; ++r) EXPECT_TRUE(std::isnan(got[a * stride + r]));
+    }
+    SCOPED_TRACE(testing::Message() << "k " << k << " rows " << n_wrows << " act " << n_act);
+    if (bounded) {
+      EXPECT_LT(NormalisedError(g.data(), want.data(), g.size()), kKernelBound);
+    }
+    EXPECT_LT(NormalisedError(g.data(), s.data(), g.size()), kScalarBound);
+  }
+}
+
 TEST_P(KernelTest, MatchesFp32ReferenceForManyRowCountsAndOddShapes) {
   const auto [type, isa] = GetParam();
   if (!CpuSupports(isa)) GTEST_SKIP() << "this CPU lacks " << IsaName(isa);
   const DotFn dot = GetDotKernel(isa, type);
-  const DotFn scalar = GetDotKernel(Isa::kScalar, type);
   ASSERT_NE(dot, nullptr);
   const int block = quant::GetTypeInfo(type).block_elems;
   const std::vector<int> many = {1, 2, 3, 4, 5, 6, 7, 8, 9, 33, 200, 512};
@@ -59,38 +95,11 @@ TEST_P(KernelTest, MatchesFp32ReferenceForManyRowCountsAndOddShapes) {
   for (const Shape& shape : shapes) {
     // F16/BF16/F32 have no blocks: k gets an odd tail past the vector loops.
     const int64_t k = block == 1 ? shape.k_blocks * 256 + 7 : int64_t{shape.k_blocks} * block;
-    const int n_wrows = shape.n_wrows;
     const uint64_t seed = static_cast<uint64_t>(type) * 1000 + shape.k_blocks;
-    const std::vector<uint8_t> w = RandomWeights(type, n_wrows, k, seed);
-    const std::vector<float> wf = DecodeRows(type, w.data(), k, 0, n_wrows);
-    for (int n_act : shape.act_rows) {
-      const std::vector<float> x = RandomFloats(static_cast<size_t>(n_act * k), seed + n_act);
-      const QuantizedRows q = QuantizeRows(type, x, n_act, k);
-      const uint8_t* const* act = q.rows.data();
-      const int64_t stride = n_wrows + 3;  // padded, to catch stride mistakes
-      std::vector<float> got(static_cast<size_t>(n_act * stride), std::nanf(""));
-      std::vector<float> ref_int(got.size(), std::nanf(""));
-      dot(w.data(), quant::RowBytes(type, k), n_wrows, k, act, n_act, got.data(), stride);
-      scalar(w.data(), quant::RowBytes(type, k), n_wrows, k, act, n_act, ref_int.data(),
-             stride);
-      std::vector<float> g, want, s;
-      for (int a = 0; a < n_act; ++a) {
-        for (int r = 0; r < n_wrows; ++r) {
-          double acc = 0;
-          for (int64_t i = 0; i < k; ++i) acc += static_cast<double>(wf[r * k + i]) * x[a * k + i];
-          want.push_back(static_cast<float>(acc));
-          g.push_back(got[a * stride + r]);
-          s.push_back(ref_int[a * stride + r]);
-        }
-        for (int64_t r = n_wrows; r < stride; ++r) EXPECT_TRUE(std::isnan(got[a * stride + r]));
-      }
-      SCOPED_TRACE(testing::Message() << "k " << k << " rows " << n_wrows << " act " << n_act);
-      // One block is too few elements for a stable normalised error; the bound is for >= 3.
-      if (shape.k_blocks >= 3) {
-        EXPECT_LT(NormalisedError(g.data(), want.data(), g.size()), kKernelBound);
-      }
-      EXPECT_LT(NormalisedError(g.data(), s.data(), g.size()), kScalarBound);
-    }
+    const std::vector<uint8_t> w = RandomWeights(type, shape.n_wrows, k, seed);
+    // One block is too few elements for a stable normalised error; the bound is for >= 3.
+    ExpectNearScalarAndFp32(type, dot, w.data(), w, shape.n_wrows, k, shape.k_blocks >= 3,
+                            shape.act_rows, seed);
   }
 }
 
@@ -139,8 +148,8 @@ TEST(KernelTest, LargestWeightsAndActivationsMatchScalar) {
       const QuantizedRows q = QuantizeRows(type, x, n_act, k);
       const uint8_t* const* act = q.rows.data();
       std::vector<float> want(static_cast<size_t>(n_act * kRows));
-      GetDotKernel(Isa::kScalar, type)(w->data(), quant::RowBytes(type, k), kRows, k, act,
-                                       n_act, want.data(), kRows);
+      GetDotKernel(Isa::kScalar, type)(w->data(), quant::RowBytes(type, k), kRows, k, act, n_act,
+                                       want.data(), kRows);
       for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
         if (!CpuSupports(isa)) continue;
         std::vector<float> got(want.size(), std::nanf(""));
@@ -287,44 +296,17 @@ TEST_P(Rows8Test, KernelMatchesGgufKernelAndFp32) {
   const auto [type, isa] = GetParam();
   if (!CpuSupports(isa)) GTEST_SKIP() << "this CPU lacks " << IsaName(isa);
   const DotFn rows8 = GetDotKernel(isa, type, WeightLayout::kRows8);
-  const DotFn scalar = GetDotKernel(Isa::kScalar, type);
   ASSERT_NE(rows8, nullptr);
   const std::vector<int> many = {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 33};
   // {70, 8}: more blocks than one prepared span (64 for Q4_K, 32 for Q3_K); {3, 40}: five groups.
   const Shape shapes[] = {{1, 8, many}, {3, 40, many}, {8, 16, {1, 4, 8}}, {70, 8, {1, 3, 9}}};
   for (const Shape& shape : shapes) {
     const int64_t k = int64_t{shape.k_blocks} * quant::kQK_K;
-    const int n_wrows = shape.n_wrows;
-    const std::vector<uint8_t> w = RandomWeights(type, n_wrows, k, 500 + shape.k_blocks);
+    const std::vector<uint8_t> w = RandomWeights(type, shape.n_wrows, k, 500 + shape.k_blocks);
     std::vector<uint8_t> packed(w.size());
-    PackRows8(type, w.data(), n_wrows, k, packed.data());
-    const std::vector<float> wf = DecodeRows(type, w.data(), k, 0, n_wrows);
-    const int64_t row_bytes = quant::RowBytes(type, k);
-    for (int n_act : shape.act_rows) {
-      const std::vector<float> x = RandomFloats(static_cast<size_t>(n_act * k), 900 + n_act);
-      const QuantizedRows q = QuantizeRows(type, x, n_act, k);
-      const int64_t stride = n_wrows + 3;
-      std::vector<float> got(static_cast<size_t>(n_act * stride), std::nanf(""));
-      std::vector<float> ref_int(got.size(), std::nanf(""));
-      rows8(packed.data(), row_bytes, n_wrows, k, q.rows.data(), n_act, got.data(), stride);
-      scalar(w.data(), row_bytes, n_wrows, k, q.rows.data(), n_act, ref_int.data(), stride);
-      std::vector<float> g, want, s;
-      for (int a = 0; a < n_act; ++a) {
-        for (int r = 0; r < n_wrows; ++r) {
-          double acc = 0;
-          for (int64_t i = 0; i < k; ++i) acc += static_cast<double>(wf[r * k + i]) * x[a * k + i];
-          want.push_back(static_cast<float>(acc));
-          g.push_back(got[a * stride + r]);
-          s.push_back(ref_int[a * stride + r]);
-        }
-        for (int64_t r = n_wrows; r < stride; ++r) EXPECT_TRUE(std::isnan(got[a * stride + r]));
-      }
-      SCOPED_TRACE(testing::Message() << "k " << k << " rows " << n_wrows << " act " << n_act);
-      if (shape.k_blocks >= 3) {
-        EXPECT_LT(NormalisedError(g.data(), want.data(), g.size()), kKernelBound);
-      }
-      EXPECT_LT(NormalisedError(g.data(), s.data(), g.size()), kScalarBound);
-    }
+    PackRows8(type, w.data(), shape.n_wrows, k, packed.data());
+    ExpectNearScalarAndFp32(type, rows8, packed.data(), w, shape.n_wrows, k, shape.k_blocks >= 3,
+                            shape.act_rows, 900);
   }
 }
 
