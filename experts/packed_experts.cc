@@ -90,14 +90,12 @@ absl::StatusOr<PackedExperts> PackedExperts::Pack(const ExpertWeights& w, Expert
     ExpertTensor& t = *jobs[i].tensor;
     const int64_t bytes = t.expert_bytes * w.n_expert;
     TANDEM_ASSIGN_OR_RETURN(*jobs[i].owner, Buffer::Map(bytes));
-    const uint8_t* src = t.data;
     uint8_t* dst = jobs[i].owner->data();
-    const ExpertTensor view = t;
-    // One expert per index: 0.9-2.4 MB each on the benchmark shapes, plenty per claim.
+    // One expert per index: 0.9-2.4 MB each on the benchmark shapes, plenty per claim. ParallelFor
+    // returns when every range has run, so t still describes the source throughout.
     pool.ParallelFor(w.n_expert, 1, [&](int64_t e0, int64_t e1) {
       for (int64_t e = e0; e < e1; ++e) {
-        PackRows8(view.type, src + e * view.expert_bytes, view.rows, view.cols,
-                  dst + e * view.expert_bytes);
+        PackRows8(t.type, t.data + e * t.expert_bytes, t.rows, t.cols, dst + e * t.expert_bytes);
       }
     });
     t.data = dst;

@@ -11,6 +11,9 @@
 namespace tandem::experts {
 namespace {
 
+static_assert(kRows8GroupBlockBytesQ4K == kRows8 * sizeof(quant::BlockQ4K));
+static_assert(kRows8GroupBlockBytesQ3K == kRows8 * sizeof(quant::BlockQ3K));
+
 void SetQ4Element(quant::BlockQ4K& b, int e, int q) {
   const int sub = e >> 5;
   uint8_t& byte = b.qs[32 * (sub >> 1) + (e & 31)];
@@ -80,9 +83,9 @@ void UnpackGroupBlock(const uint8_t* g, quant::BlockQ4K* const rows[kRows8]) {
   }
 }
 
-// Q3_K. Entry of (row r, sub-block s) in the scale bytes: 64·(s / 8) + 16·(r / 2) + 2·(s % 8) +
-// r % 2, so that each 128-bit lane of either 64-entry half holds rows 2l, 2l + 1.
-int Q3ScaleEntry(int r, int s) { return 64 * (s / 8) + 16 * (r / 2) + 2 * (s % 8) + r % 2; }
+// Q3_K. Entry of (row r, sub-block s) in the scale bytes: Q4_K's entry of (r, s % 8) in the
+// 64-entry half s / 8, so that each 128-bit lane of either half holds rows 2l, 2l + 1.
+int Q3ScaleEntry(int r, int s) { return 64 * (s / 8) + ScaleEntry(r, s % 8); }
 
 // Element e of Q3_K row r sits in vector 2·(e / 16) + (e / 8) % 2, byte 8r + e % 8.
 int Q3Vector(int e) { return 2 * (e / 16) + (e / 8) % 2; }

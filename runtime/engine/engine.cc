@@ -55,15 +55,12 @@ class PoolExpertComputer : public reference::ExpertComputer {
   // (ExpertPool::Run); the pool outlives this object (Engine declares it first).
   ~PoolExpertComputer() override { pool_->WaitIdle(); }
 
-  // The repacked experts of `layer`, nullptr when it was not repacked.
-  const experts::ExpertWeights* Layer(int layer) const {
-    return packed_[layer].has_value() ? &packed_[layer]->weights() : nullptr;
-  }
-
-  // Layer `layer`'s experts as repacked at load: the pool reads these instead of the model's.
-  void SetPacked(int layer, experts::PackedExperts packed) {
+  // Layer `layer`'s experts as repacked at load: the pool reads these (returned) instead of the
+  // model's.
+  const experts::ExpertWeights& SetPacked(int layer, experts::PackedExperts packed) {
     packed_[layer].emplace(std::move(packed));
     layers_[layer] = packed_[layer]->weights();
+    return *layers_[layer];
   }
 
   absl::Status ComputeExperts(int layer, const format::TensorInfo& gate_exps,
@@ -261,18 +258,18 @@ absl::StatusOr<std::vector<experts::ExpertWeights>> PrepareExperts(
     const model::Model& model, bool repack, experts::ExpertPool& pool, PoolExpertComputer& computer,
     const model::ProgressFn& progress, std::vector<std::string>* notes) {
   std::vector<experts::ExpertWeights> layers;
-  std::vector<std::pair<int, experts::ExpertWeights>> to_pack;
+  std::vector<int> layer_of;  // the model layer of each entry of `layers`
+  std::vector<bool> packs;    // whether that entry is repacked
   uint64_t pack_total = 0;
   for (int il = 0; il < model.hparams().n_layer; ++il) {
     const auto w = LayerExperts(model, il);
     if (!w.has_value() || !w->ok()) continue;
     layers.push_back(**w);
-    if (repack && experts::PackedExperts::WouldPack(**w, pool.isa())) {
-      to_pack.emplace_back(il, **w);
-      pack_total += static_cast<uint64_t>((*w)->ExpertBytes() * (*w)->n_expert);
-    }
+    layer_of.push_back(il);
+    packs.push_back(repack && experts::PackedExperts::WouldPack(**w, pool.isa()));
+    if (packs.back()) pack_total += static_cast<uint64_t>((*w)->ExpertBytes() * (*w)->n_expert);
   }
-  if (to_pack.empty()) return layers;
+  if (pack_total == 0) return layers;
   // The copy must fit beside what is already resident, with room for the caches a session
   // allocates; else the experts are read in place (same sums, slower kernels), and a note says so.
   constexpr int64_t kHeadroom = int64_t{2} << 30;
@@ -287,21 +284,15 @@ absl::StatusOr<std::vector<experts::ExpertWeights>> PrepareExperts(
   const auto t0 = std::chrono::steady_clock::now();
   uint64_t done = 0;
   int64_t packed_bytes = 0;
-  for (const auto& [il, w] : to_pack) {
-    TANDEM_ASSIGN_OR_RETURN(experts::PackedExperts packed, experts::PackedExperts::Pack(w, pool));
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (!packs[i]) continue;
+    done += static_cast<uint64_t>(layers[i].ExpertBytes() * layers[i].n_expert);
+    TANDEM_ASSIGN_OR_RETURN(experts::PackedExperts packed,
+                            experts::PackedExperts::Pack(layers[i], pool));
     packed_bytes += packed.packed_bytes();
-    computer.SetPacked(il, std::move(packed));
-    done += static_cast<uint64_t>(w.ExpertBytes() * w.n_expert);
+    // What the pool reads from now on: the repacked layer in place of the model's.
+    layers[i] = computer.SetPacked(layer_of[i], std::move(packed));
     if (progress) progress(done, pack_total);
-  }
-  // What the pool reads: the repacked layers in place of the model's.
-  layers.clear();
-  for (int il = 0; il < model.hparams().n_layer; ++il) {
-    if (const experts::ExpertWeights* w = computer.Layer(il)) {
-      layers.push_back(*w);
-    } else if (const auto m = LayerExperts(model, il); m.has_value() && m->ok()) {
-      layers.push_back(**m);
-    }
   }
   notes->push_back(absl::StrFormat(
       "expert pool: %.2f GiB of experts repacked for the %s kernels in %.1f s (held in RAM; "

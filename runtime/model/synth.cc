@@ -492,6 +492,21 @@ absl::StatusOr<const SynthShape*> FindSynthShape(std::string_view name_view) {
                                           "\" (shapes: ", absl::StrJoin(names, ", "), ")"));
 }
 
+namespace {
+
+// `value` as a whole number of T, all of it (empty, trailing characters, a sign where T has none
+// or overflow: false, *out untouched).
+template <class T>
+bool ParseWhole(const std::string& value, T* out) {
+  T parsed{};
+  const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), parsed);
+  if (ec != std::errc() || ptr != value.data() + value.size() || value.empty()) return false;
+  *out = parsed;
+  return true;
+}
+
+}  // namespace
+
 absl::Status ParseSynthSpec(std::string_view spec_view, std::string* shape, SynthOptions* options) {
   const std::string spec(spec_view);
   const size_t q = spec.find('?');
@@ -509,17 +524,13 @@ absl::Status ParseSynthSpec(std::string_view spec_view, std::string* shape, Synt
     }
     const std::string key = param.substr(0, eq), value = param.substr(eq + 1);
     if (key == "seed") {
-      uint64_t seed = 0;
-      auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), seed);
-      if (ec != std::errc() || ptr != value.data() + value.size() || value.empty()) {
+      if (!ParseWhole(value, &options->seed)) {
         return absl::InvalidArgumentError(
             absl::StrCat("synth spec: seed \"", value, "\" is not an unsigned integer"));
       }
-      options->seed = seed;
     } else if (key == "expert_ff") {
       int64_t ff = 0;
-      auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), ff);
-      if (ec != std::errc() || ptr != value.data() + value.size() || ff <= 0) {
+      if (!ParseWhole(value, &ff) || ff <= 0) {
         return absl::InvalidArgumentError(
             absl::StrCat("synth spec: expert_ff \"", value, "\" is not a positive integer"));
       }
