@@ -317,7 +317,7 @@ absl::Status GpuRunner::AllocateState() {
                   kWarpsPerBlock * kAttentionBytesPerWarp});
     const int64_t moe_smem = std::max(
         {ActSetBytes(R, d.n_embd, true),
-         RouteSmemBytes(d.n_expert) + ActSetBytes(R, d.n_embd, true) +
+         RouteSmemBytes(d.n_expert, R) + ActSetBytes(R, d.n_embd, true) +
              (d.n_ff_shexp > 0 ? ActSetBytes(R, d.n_ff_shexp, false) : 0),
          ActSetBytes(R * k, d.n_ff_exp, false)});
     const int64_t head_smem = ActSetBytes(R, d.n_embd, true);

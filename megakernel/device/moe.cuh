@@ -14,19 +14,58 @@
 namespace tandem::megakernel {
 
 inline constexpr int kMoePhases = 4;
-// Every block computes the routing of all rows into `rt` (shared memory); `expert_rows` is
-// n_expert words of shared scratch.
-__device__ void RouteRows(const MoeArgs& A, RouteTable& rt, uint32_t* expert_rows) {
+__device__ __forceinline__ int WarpSumInt(int v) {
+#if __CUDA_ARCH__ >= 800
+  return static_cast<int>(__reduce_add_sync(kFullMask, static_cast<unsigned>(v)));
+#else
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
+  return v;
+#endif
+}
+
+// The warp's largest (value, index), ties to the smaller index, into *top and *at of every lane.
+// From sm_80 two warp reductions (redux.sync) on an order-preserving integer key replace five
+// rounds of paired shuffles. NaN counts as -inf and -0 as +0, as the float comparisons of the
+// shuffle path treat them.
+__device__ __forceinline__ void WarpArgmaxOnce(float value, int index, float* top, int* at) {
+#if __CUDA_ARCH__ >= 800
+  const float v = value != value ? -INFINITY : value + 0.0f;
+  const uint32_t bits = __float_as_uint(v);
+  const uint32_t key = (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;
+  const uint32_t top_key = __reduce_max_sync(kFullMask, key);
+  *at = static_cast<int>(
+      __reduce_min_sync(kFullMask, key == top_key ? static_cast<uint32_t>(index) : 0xffffffffu));
+  *top = __uint_as_float((top_key & 0x80000000u) ? top_key & 0x7fffffffu : ~top_key);
+#else
+  WarpArgmax(&value, &index);
+  *top = value;
+  *at = index;
+#endif
+}
+
+// Every block computes the routing of all rows into `rt` (shared memory); `scratch` is
+// RouteScratchBytes(n_expert, rows) of shared memory.
+//
+// A row's top-k is one warp's serial chain while the other warps wait, so it costs latency, not
+// throughput. Block 0's probe stamps (2026-12-01, docs/perf/megakernel.md, session 21): 4.4 µs of
+// qwen3-30b-a3b's MoE half (8 of 128 experts) and 11.4 µs of flash-next-125b's (10 of 512) with
+// the logits read from global memory in every round; 4.1 and 10.6 with them copied into shared
+// memory first; 3.1 and 9.0 with the rounds below (two warp reductions, a rescan only in the lane
+// whose element was taken, the probabilities after the last round).
+__device__ void RouteRows(const MoeArgs& A, RouteTable& rt, uint8_t* scratch) {
   const ModelDims& D = A.dims;
   const int B = A.in->n_rows, E = D.n_expert, k = D.n_expert_used;
+  uint32_t* expert_rows = reinterpret_cast<uint32_t*>(scratch);
+  float* logits = reinterpret_cast<float*>(scratch + Align16(int64_t{E} * 4));
   for (int e = threadIdx.x; e < E; e += kBlockThreads) expert_rows[e] = 0;
+  for (int i = threadIdx.x; i < B * E; i += kBlockThreads) logits[i] = A.s.router[i];
   __syncthreads();
   // Warp r: softmax top-k of row r. Lane i < k ends holding the i-th choice.
   int my_id = -1;
   float my_w = 0;
   if (Warp() < B) {
     const int r = Warp();
-    const float* logit = A.s.router + static_cast<int64_t>(r) * E;
+    const float* logit = logits + r * E;
     float mx = -INFINITY;
     for (int e = Lane(); e < E; e += 32) mx = fmaxf(mx, logit[e]);
     mx = WarpMax(mx);
@@ -34,28 +73,52 @@ __device__ void RouteRows(const MoeArgs& A, RouteTable& rt, uint32_t* expert_row
     for (int e = Lane(); e < E; e += 32) sum += expf(logit[e] - mx);
     sum = WarpSum(sum);
     uint32_t taken = 0;  // bit t: element Lane() + 32t already chosen (E <= 1024)
-    float wsum = 0;
-    for (int i = 0; i < k; ++i) {
-      float best = -INFINITY;
-      int best_e = E;
-      for (int t = 0, e = Lane(); e < E; ++t, e += 32) {
-        const bool used = taken >> t & 1u;
-        if (!used && (logit[e] > best || (logit[e] == best && e < best_e))) {
-          best = logit[e];
-          best_e = e;
+    // Each lane keeps its best untaken element (ties to the smaller index); only the lane whose
+    // element a round takes scans its elements again, four loads at a time.
+    float best = -INFINITY;
+    int best_e = E;
+    auto rescan = [&] {
+      best = -INFINITY;
+      best_e = E;
+      for (int t0 = 0; 32 * t0 < E; t0 += 4) {
+        float v[4];
+        bool valid[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int e = Lane() + 32 * (t0 + j);
+          valid[j] = e < E && !(taken >> (t0 + j) & 1u);
+          v[j] = valid[j] ? logit[e] : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int e = Lane() + 32 * (t0 + j);
+          if (valid[j] && (v[j] > best || (v[j] == best && e < best_e))) {
+            best = v[j];
+            best_e = e;
+          }
         }
       }
-      WarpArgmax(&best, &best_e);
-      if ((best_e & 31) == Lane()) {
-        taken |= 1u << (best_e >> 5);
+    };
+    rescan();
+    // The rounds only choose; lane i keeps the i-th choice and its logit, and the probabilities
+    // follow side by side (expf and a division on every round's chain cost more than the choice).
+    float my_top = -INFINITY;
+    for (int i = 0; i < k; ++i) {
+      float top;
+      int chosen;
+      WarpArgmaxOnce(best, best_e, &top, &chosen);
+      if ((chosen & 31) == Lane()) {
+        taken |= 1u << (chosen >> 5);
+        rescan();
       }
-      const float p = expf(best - mx) / sum;
-      wsum += p;
       if (Lane() == i) {
-        my_id = best_e;
-        my_w = p;
+        my_id = chosen;
+        my_top = top;
       }
     }
+    my_w = Lane() < k ? expf(my_top - mx) / sum : 0.0f;
+    float wsum = 0;  // summed in choice order, as the reference does
+    for (int i = 0; i < k; ++i) wsum += __shfl_sync(kFullMask, my_w, i);
     if (Lane() < k) {
       if (D.norm_topk_prob) my_w /= wsum;
       if (D.expert_weights_scale != 0.0f && D.expert_weights_scale != 1.0f) {
@@ -65,34 +128,52 @@ __device__ void RouteRows(const MoeArgs& A, RouteTable& rt, uint32_t* expert_row
     }
   }
   __syncthreads();
-  // Warp 0: slots in ascending expert id, with their pair offsets (ballot + prefix popcounts).
-  if (Warp() == 0) {
-    int n_slots = 0, n_pairs = 0, n_off = 0;
-    for (int e0 = 0; e0 < E; e0 += 32) {
-      const int e = e0 + Lane();
-      const uint32_t rows = e < E ? expert_rows[e] : 0u;
-      const unsigned has = __ballot_sync(kFullMask, rows != 0);
-      const int before = __popc(has & ((1u << Lane()) - 1u));
-      int count = __popc(rows);
-      int prefix = count;  // inclusive scan of pair counts
-      for (int o = 1; o < 32; o <<= 1) {
-        const int v = __shfl_up_sync(kFullMask, prefix, o);
-        if (Lane() >= o) prefix += v;
-      }
-      if (rows != 0) {
-        const int s = n_slots + before;
-        const int dev = A.residency != nullptr ? A.residency[e] : e;
-        rt.slot_expert[s] = e;
-        rt.slot_device[s] = dev;
-        rt.slot_rows[s] = rows;
-        rt.slot_pair0[s] = n_pairs + prefix - count;
-      }
-      const int off = __popc(__ballot_sync(kFullMask, rows != 0 && A.residency != nullptr &&
-                                                          A.residency[e < E ? e : 0] < 0));
-      n_slots += __popc(has);
-      n_pairs += __shfl_sync(kFullMask, prefix, 31);
-      n_off += off;
+  // Slots in ascending expert id with their pair offsets. Warp w counts chunks w, w + 16, ... of
+  // 32 experts (slots, pairs, off-card), then places its chunks' slots after the counts of the
+  // chunks before them: one warp walking every chunk in turn took 1.0 µs of qwen3-30b-a3b's
+  // routing and 3.3 µs of flash-next-125b's 512 experts (probe build, 2026-12-01).
+  __shared__ int chunk_count[kMaxExperts / 32][3];
+  const int n_chunks = (E + 31) / 32;
+  const unsigned upto = 0xffffffffu >> (31 - Lane());  // lanes up to this one
+  for (int c = Warp(); c < n_chunks; c += kWarpsPerBlock) {
+    const int e = 32 * c + Lane();
+    const uint32_t rows = e < E ? expert_rows[e] : 0u;
+    const unsigned has = __ballot_sync(kFullMask, rows != 0);
+    int pairs = 0;
+    for (int r = 0; r < B; ++r) pairs += __popc(__ballot_sync(kFullMask, rows >> r & 1u));
+    const unsigned off = __ballot_sync(kFullMask, rows != 0 && A.residency != nullptr &&
+                                                      A.residency[e < E ? e : 0] < 0);
+    if (Lane() == 0) {
+      chunk_count[c][0] = __popc(has);
+      chunk_count[c][1] = pairs;
+      chunk_count[c][2] = __popc(off);
     }
+  }
+  __syncthreads();
+  for (int c = Warp(); c < n_chunks; c += kWarpsPerBlock) {
+    if (chunk_count[c][0] == 0) continue;
+    // Slots and pairs of the chunks before c: lane j reads chunk j (at most 32 chunks).
+    const int slot0 = WarpSumInt(Lane() < c ? chunk_count[Lane()][0] : 0);
+    const int pair0 = WarpSumInt(Lane() < c ? chunk_count[Lane()][1] : 0);
+    const int e = 32 * c + Lane();
+    const uint32_t rows = e < E ? expert_rows[e] : 0u;
+    const unsigned has = __ballot_sync(kFullMask, rows != 0);
+    // Inclusive prefix of the pair counts: one ballot per step row.
+    int prefix = 0;
+    for (int r = 0; r < B; ++r) prefix += __popc(__ballot_sync(kFullMask, rows >> r & 1u) & upto);
+    if (rows != 0) {
+      const int s = slot0 + __popc(has & ((1u << Lane()) - 1u));
+      rt.slot_expert[s] = e;
+      rt.slot_device[s] = A.residency != nullptr ? A.residency[e] : e;
+      rt.slot_rows[s] = rows;
+      rt.slot_pair0[s] = pair0 + prefix - __popc(rows);
+    }
+  }
+  if (Warp() == kWarpsPerBlock - 1) {
+    const bool mine = Lane() < n_chunks;
+    const int n_slots = WarpSumInt(mine ? chunk_count[Lane()][0] : 0);
+    const int n_pairs = WarpSumInt(mine ? chunk_count[Lane()][1] : 0);
+    const int n_off = WarpSumInt(mine ? chunk_count[Lane()][2] : 0);
     if (Lane() == 0) {
       rt.n_slots = n_slots;
       rt.n_pairs = n_pairs;
@@ -197,8 +278,8 @@ __device__ void MoeExpertUpPhase(const MoeArgs& A, uint8_t* smem, bool router_in
   ActSet a = CarveActs(cursor, B, H, true, &xs);  // the layout of phase 0's NormedActs
   RouteTable& rt = *reinterpret_cast<RouteTable*>(cursor);
   cursor += Align16(sizeof(RouteTable));
-  uint32_t* expert_rows = reinterpret_cast<uint32_t*>(cursor);
-  cursor += Align16(int64_t{D.n_expert} * 4);
+  uint8_t* route_scratch = cursor;
+  cursor += RouteScratchBytes(D.n_expert, B);
   float* unused;
   ActSet sh{};
   if (A.has_shexp) {
@@ -206,7 +287,7 @@ __device__ void MoeExpertUpPhase(const MoeArgs& A, uint8_t* smem, bool router_in
     sh.x = A.s.sh_act;
   }
   if (!router_in_launch) NormRows(A.s.x, H, B, H, A.norm, D.rms_eps, xs);
-  RouteRows(A, rt, expert_rows);  // starts and ends with __syncthreads()
+  RouteRows(A, rt, route_scratch);  // starts and ends with __syncthreads()
   if (!router_in_launch) QuantizeRows(xs, H, B, a);
   if (A.has_shexp) QuantizeRows(A.s.sh_act, D.n_ff_shexp, B, sh);
   const ActSet* act = PublishActs(0, a);
