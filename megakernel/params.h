@@ -204,12 +204,14 @@ struct RouteTable {
 
 // RouteRows' scratch: a row mask per expert, then the rows' router logits.
 TANDEM_MEMBER_HD constexpr inline int64_t RouteScratchBytes(int n_expert, int rows) {
-  return ((int64_t{n_expert} * 4 + 15) & ~int64_t{15}) + ((int64_t{n_expert} * rows * 4 + 15) & ~int64_t{15});
+  return ((int64_t{n_expert} * 4 + 15) & ~int64_t{15}) +
+         ((int64_t{n_expert} * rows * 4 + 15) & ~int64_t{15});
 }
 
 // Shared memory of the routing phase beyond the activations, for up to `rows` rows.
 TANDEM_MEMBER_HD constexpr inline int64_t RouteSmemBytes(int n_expert, int rows) {
-  return ((static_cast<int64_t>(sizeof(RouteTable)) + 15) & ~int64_t{15}) + RouteScratchBytes(n_expert, rows);
+  return ((static_cast<int64_t>(sizeof(RouteTable)) + 15) & ~int64_t{15}) +
+         RouteScratchBytes(n_expert, rows);
 }
 
 }  // namespace tandem::megakernel

@@ -315,11 +315,11 @@ absl::Status GpuRunner::AllocateState() {
         std::max({ActSetBytes(R, d.n_embd, true), ActSetBytes(R, d.n_head * d.head_dim, false),
                   hp.is_hybrid() ? ActSetBytes(R, d_inner, true) : int64_t{0},
                   kWarpsPerBlock * kAttentionBytesPerWarp});
-    const int64_t moe_smem = std::max(
-        {ActSetBytes(R, d.n_embd, true),
-         RouteSmemBytes(d.n_expert, R) + ActSetBytes(R, d.n_embd, true) +
-             (d.n_ff_shexp > 0 ? ActSetBytes(R, d.n_ff_shexp, false) : 0),
-         ActSetBytes(R * k, d.n_ff_exp, false)});
+    const int64_t moe_smem =
+        std::max({ActSetBytes(R, d.n_embd, true),
+                  RouteSmemBytes(d.n_expert, R) + ActSetBytes(R, d.n_embd, true) +
+                      (d.n_ff_shexp > 0 ? ActSetBytes(R, d.n_ff_shexp, false) : 0),
+                  ActSetBytes(R * k, d.n_ff_exp, false)});
     const int64_t head_smem = ActSetBytes(R, d.n_embd, true);
     const int cap = std::max(1, options_.max_blocks_per_sm);
     const struct {

@@ -141,8 +141,8 @@ __device__ void RouteRows(const MoeArgs& A, RouteTable& rt, uint8_t* scratch) {
     const unsigned has = __ballot_sync(kFullMask, rows != 0);
     int pairs = 0;
     for (int r = 0; r < B; ++r) pairs += __popc(__ballot_sync(kFullMask, rows >> r & 1u));
-    const unsigned off = __ballot_sync(kFullMask, rows != 0 && A.residency != nullptr &&
-                                                      A.residency[e < E ? e : 0] < 0);
+    const unsigned off = __ballot_sync(
+        kFullMask, rows != 0 && A.residency != nullptr && A.residency[e < E ? e : 0] < 0);
     if (Lane() == 0) {
       chunk_count[c][0] = __popc(has);
       chunk_count[c][1] = pairs;
