@@ -30,6 +30,36 @@ __device__ __forceinline__ void WarpArgmax(float* value, int* index) {
   }
 }
 
+// The sum of an int over the warp; every lane gets it (one redux.sync from sm_80).
+__device__ __forceinline__ int WarpSumInt(int v) {
+#if __CUDA_ARCH__ >= 800
+  return static_cast<int>(__reduce_add_sync(kFullMask, static_cast<unsigned>(v)));
+#else
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
+  return v;
+#endif
+}
+
+// WarpArgmax's result, into *top and *at of every lane, for chains where its five rounds of
+// paired shuffles are the latency (the routing top-k, device/moe.cuh): from sm_80 two warp
+// reductions (redux.sync) on an order-preserving integer key. -0 counts as +0, as the float
+// comparisons have them equal, and NaN as -inf so that it never wins.
+__device__ __forceinline__ void WarpArgmaxOnce(float value, int index, float* top, int* at) {
+#if __CUDA_ARCH__ >= 800
+  const float v = value != value ? -INFINITY : value + 0.0f;
+  const uint32_t bits = __float_as_uint(v);
+  const uint32_t key = (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;
+  const uint32_t top_key = __reduce_max_sync(kFullMask, key);
+  *at = static_cast<int>(
+      __reduce_min_sync(kFullMask, key == top_key ? static_cast<uint32_t>(index) : 0xffffffffu));
+  *top = __uint_as_float((top_key & 0x80000000u) ? top_key & 0x7fffffffu : ~top_key);
+#else
+  WarpArgmax(&value, &index);
+  *top = value;
+  *at = index;
+#endif
+}
+
 __device__ __forceinline__ float HalfBitsToFloat(uint32_t bits16) {
   return __half2float(__ushort_as_half(static_cast<unsigned short>(bits16 & 0xffffu)));
 }
