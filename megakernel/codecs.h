@@ -32,12 +32,30 @@ TANDEM_HD constexpr int SliceElems(int type) {
   }
 }
 
-// Lanes that share one row of `cols` elements: the slice count rounded up to a power of two, at
-// most a warp.
-TANDEM_HD constexpr int GroupLanes(int type, int cols) {
+// The most slices of one row a lane takes (device/matvec.cuh SplitRows). Q4_K and Q5_K load two
+// slices at a time, and a lane with four slices of a row has them in flight together: on the H200
+// that lifted the 256 MiB Q4_K lab from 0.28 to 0.50 of copy and qwen3-30b-a3b's expert phases by
+// 3-4 µs a layer. Q3_K with the same scheme lost on flash-next-125b's expert phases; it and the
+// other types keep one slice per lane where the row has enough slices for a warp
+// (docs/perf/megakernel.md, session 22).
+TANDEM_HD constexpr int MaxLaneSlices(int type) {
+  using quant::GgmlType;
+  switch (static_cast<GgmlType>(type)) {
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
+      return 4;
+    default:
+      return 1;
+  }
+}
+
+// Lanes that share one row of `cols` elements when each lane takes up to `lane_slices` of its
+// slices: the slices per lane-step rounded up to a power of two, at most a warp.
+TANDEM_HD constexpr int GroupLanes(int type, int cols, int lane_slices = 1) {
   const int slices = cols / (SliceElems(type) > 0 ? SliceElems(type) : 1);
+  const int steps = (slices + lane_slices - 1) / lane_slices;
   int g = 1;
-  while (g < slices && g < 32) g <<= 1;
+  while (g < steps && g < 32) g <<= 1;
   return g;
 }
 

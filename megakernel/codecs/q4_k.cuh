@@ -45,23 +45,36 @@ __device__ __forceinline__ void DotK4Pair(const uint32_t* v_lo, const uint32_t* 
   }
 }
 
+// Loads go out kUnroll slices at a time (RowDotWith), so that a lane with several slices of a row
+// has them all in flight at once.
 struct CodecQ4K {
   static constexpr int kSliceElems = 64;
-  template <int R>
-  __device__ static void Dot(const uint8_t* row, int slice, const ActSet& a, unsigned mask,
-                             int base, float (&acc)[R]) {
+  static constexpr int kUnroll = 2;
+  struct Raw {
+    uint4 hdr, q0, q1;
+  };
+  __device__ static Raw Load(const uint8_t* row, int slice) {
     const int b = slice >> 2, pair = slice & 3;
     const uint8_t* blk = row + 144 * b;
-    const uint4 hdr = LoadStreaming(reinterpret_cast<const uint4*>(blk));
-    const uint4 q0 = LoadStreaming(reinterpret_cast<const uint4*>(blk + 16 + 32 * pair));
-    const uint4 q1 = LoadStreaming(reinterpret_cast<const uint4*>(blk + 32 + 32 * pair));
-    const uint32_t qw[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+    Raw raw;
+    raw.hdr = LoadStreaming(reinterpret_cast<const uint4*>(blk));
+    raw.q0 = LoadStreaming(reinterpret_cast<const uint4*>(blk + 16 + 32 * pair));
+    raw.q1 = LoadStreaming(reinterpret_cast<const uint4*>(blk + 32 + 32 * pair));
+    return raw;
+  }
+  template <int R>
+  __device__ static void Apply(const Raw& raw, int slice, const ActSet& a, unsigned mask, int base,
+                               float (&acc)[R]) {
+    const int b = slice >> 2, pair = slice & 3;
+    const uint32_t qw[8] = {raw.q0.x, raw.q0.y, raw.q0.z, raw.q0.w,
+                            raw.q1.x, raw.q1.y, raw.q1.z, raw.q1.w};
     uint32_t v_lo[8], v_hi[8];
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       v_lo[j] = qw[j] & 0x0F0F0F0Fu;
       v_hi[j] = (qw[j] >> 4) & 0x0F0F0F0Fu;
     }
+    const uint4 hdr = raw.hdr;
     const float d = HalfBitsToFloat(hdr.x), dmin = HalfBitsToFloat(hdr.x >> 16);
     int sc_lo, m_lo, sc_hi, m_hi;
     ScaleMinK4Words(hdr.y, hdr.z, hdr.w, 2 * pair, &sc_lo, &m_lo);
@@ -73,18 +86,29 @@ struct CodecQ4K {
 
 struct CodecQ5K {
   static constexpr int kSliceElems = 64;
-  template <int R>
-  __device__ static void Dot(const uint8_t* row, int slice, const ActSet& a, unsigned mask,
-                             int base, float (&acc)[R]) {
+  static constexpr int kUnroll = 2;
+  struct Raw {
+    uint4 hdr, h0, h1, q0, q1;
+  };
+  __device__ static Raw Load(const uint8_t* row, int slice) {
     const int b = slice >> 2, pair = slice & 3;
     const uint8_t* blk = row + 176 * b;
-    const uint4 hdr = LoadStreaming(reinterpret_cast<const uint4*>(blk));
-    const uint4 h0 = LoadStreaming(reinterpret_cast<const uint4*>(blk + 16));
-    const uint4 h1 = LoadStreaming(reinterpret_cast<const uint4*>(blk + 32));
-    const uint4 q0 = LoadStreaming(reinterpret_cast<const uint4*>(blk + 48 + 32 * pair));
-    const uint4 q1 = LoadStreaming(reinterpret_cast<const uint4*>(blk + 64 + 32 * pair));
-    const uint32_t qw[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
-    const uint32_t hw[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+    Raw raw;
+    raw.hdr = LoadStreaming(reinterpret_cast<const uint4*>(blk));
+    raw.h0 = LoadStreaming(reinterpret_cast<const uint4*>(blk + 16));
+    raw.h1 = LoadStreaming(reinterpret_cast<const uint4*>(blk + 32));
+    raw.q0 = LoadStreaming(reinterpret_cast<const uint4*>(blk + 48 + 32 * pair));
+    raw.q1 = LoadStreaming(reinterpret_cast<const uint4*>(blk + 64 + 32 * pair));
+    return raw;
+  }
+  template <int R>
+  __device__ static void Apply(const Raw& raw, int slice, const ActSet& a, unsigned mask, int base,
+                               float (&acc)[R]) {
+    const int b = slice >> 2, pair = slice & 3;
+    const uint32_t qw[8] = {raw.q0.x, raw.q0.y, raw.q0.z, raw.q0.w,
+                            raw.q1.x, raw.q1.y, raw.q1.z, raw.q1.w};
+    const uint32_t hw[8] = {raw.h0.x, raw.h0.y, raw.h0.z, raw.h0.w,
+                            raw.h1.x, raw.h1.y, raw.h1.z, raw.h1.w};
     uint32_t v_lo[8], v_hi[8];
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
@@ -92,6 +116,7 @@ struct CodecQ5K {
       v_lo[j] = (qw[j] & 0x0F0F0F0Fu) | ((hw[j] >> (2 * pair)) & 0x01010101u) << 4;
       v_hi[j] = ((qw[j] >> 4) & 0x0F0F0F0Fu) | ((hw[j] >> (2 * pair + 1)) & 0x01010101u) << 4;
     }
+    const uint4 hdr = raw.hdr;
     const float d = HalfBitsToFloat(hdr.x), dmin = HalfBitsToFloat(hdr.x >> 16);
     int sc_lo, m_lo, sc_hi, m_hi;
     ScaleMinK4Words(hdr.y, hdr.z, hdr.w, 2 * pair, &sc_lo, &m_lo);

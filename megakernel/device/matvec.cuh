@@ -163,9 +163,22 @@ struct MatVecJob {
   int units = 0;    // row groups of 32 / g rows
 };
 
-// Fills the derived fields of `job` from its matrices.
-__device__ __forceinline__ void SplitRows(MatVecJob& job) {
+// Fills the derived fields of `job` from its matrices; `repeats` matrices of this shape share the
+// phase (the chosen experts run one job per slot). A lane takes as many slices of a row as its
+// type allows (MaxLaneSlices) while the phase keeps a unit for at least half of the grid's warps:
+// fewer, fatter units leave warps idle, and on qwen3-30b-a3b's gate/up phase (1,536 units at
+// four slices a lane, 2,112 warps) four slices still beat two (docs/perf/megakernel.md, session 22).
+__device__ __forceinline__ void SplitRows(MatVecJob& job, int repeats = 1) {
   job.g = GroupLanes(job.m.type, job.m.cols);
+  for (int s = MaxLaneSlices(job.m.type); s > 1; s >>= 1) {
+    const int g = GroupLanes(job.m.type, job.m.cols, s);
+    const int rows_per_warp = 32 / g;
+    const int units = (job.m.rows + rows_per_warp - 1) / rows_per_warp * repeats;
+    if (2 * units >= GridWarps()) {
+      job.g = g;
+      break;
+    }
+  }
   job.slices = job.m.cols / SliceElems(job.m.type);
   job.slices2 = job.mode == OutMode::kSwiGlu ? job.m2.cols / SliceElems(job.m2.type) : 0;
   const int rows_per_warp = 32 / job.g;

@@ -328,7 +328,7 @@ __device__ void MoeExpertUpPhase(const MoeArgs& A, uint8_t* smem, bool router_in
   job.out = A.s.exp_act;
   job.out_stride = D.n_ff_exp;
   job.mode = OutMode::kSwiGlu;
-  SplitRows(job);
+  SplitRows(job, rt.n_slots);
   const int upe = job.units;
   const int expert_units = rt.n_slots * upe;
   const int total = expert_units + (A.has_shexp ? Plan().job[0].units : 0);
@@ -364,7 +364,7 @@ __device__ void MoeExpertDownPhase(const MoeArgs& A, uint8_t* smem) {
   job.act = act;
   job.out = A.s.exp_out;
   job.out_stride = D.n_embd;
-  SplitRows(job);
+  SplitRows(job, n_slots);
   const int upe = job.units;
   ForUnitsOfSlots(upe, n_slots * upe, [&](int, int s, int unit) {
     if (rt.slot_device[s] < 0) return;

@@ -1,6 +1,9 @@
 // Device codecs: every format the CUDA kernels read, 1..8 rows, against an fp64 product of the
 // host-decoded weights (runtime/quant) on fresh random inputs, outputs poisoned first. Quantised
 // weights see int8 activations (blocks of 32), so their bound is looser than the float formats'.
+// The tall shapes give the kernel lab's grid (264 blocks) enough rows that Q4_K and Q5_K lanes take
+// two (5,000 x 2,048) and four (8,448 x 2,048; 16,900 x 768, three slices a lane) slices of a row
+// (SplitRows in megakernel/device/matvec.cuh).
 // GPU suite: skips with a message where no CUDA device is usable.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -45,7 +48,8 @@ TEST_P(DeviceCodecTest, MatVecMatchesFp64OfDecodedWeights) {
   const Case c = GetParam();
   std::mt19937 rng(7 + static_cast<int>(c.type));
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (const auto& [rows, cols] : std::vector<std::pair<int, int>>{{96, 512}, {33, 768}, {5, 2048}}) {
+  for (const auto& [rows, cols] : std::vector<std::pair<int, int>>{
+           {96, 512}, {33, 768}, {5, 2048}, {5000, 2048}, {8448, 2048}, {16900, 768}}) {
     const int64_t row_bytes = quant::RowBytes(c.type, cols);
     std::vector<uint8_t> w(static_cast<size_t>(rows) * row_bytes);
     if (c.type == GgmlType::kF32 || c.type == GgmlType::kF16 || c.type == GgmlType::kBF16) {
