@@ -40,22 +40,35 @@ __device__ __forceinline__ int WarpSumInt(int v) {
 #endif
 }
 
-// WarpArgmax's result, into *top and *at of every lane, for chains where its five rounds of
-// paired shuffles are the latency (the routing top-k, device/moe.cuh): from sm_80 two warp
-// reductions (redux.sync) on an order-preserving integer key. -0 counts as +0, as the float
-// comparisons have them equal, and NaN as -inf so that it never wins.
-__device__ __forceinline__ void WarpArgmaxOnce(float value, int index, float* top, int* at) {
-#if __CUDA_ARCH__ >= 800
+// A float as an unsigned key with the same order, for warp reductions on integers: -0 counts as
+// +0, as the float comparisons have them equal, and NaN as -inf. Every float's key is above 0,
+// which therefore marks "nothing" (an element already chosen, or none).
+__device__ __forceinline__ uint32_t OrderedKey(float value) {
   const float v = value != value ? -INFINITY : value + 0.0f;
   const uint32_t bits = __float_as_uint(v);
-  const uint32_t key = (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;
-  const uint32_t top_key = __reduce_max_sync(kFullMask, key);
+  return (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;
+}
+__device__ __forceinline__ float KeyValue(uint32_t key) {
+  return __uint_as_float((key & 0x80000000u) ? key & 0x7fffffffu : ~key);
+}
+
+// The largest key over the warp and the smallest index holding it, into *top and *at of every
+// lane: from sm_80 two warp reductions (redux.sync), before that five rounds of paired shuffles.
+__device__ __forceinline__ void WarpMaxKey(uint32_t key, int index, uint32_t* top, int* at) {
+#if __CUDA_ARCH__ >= 800
+  *top = __reduce_max_sync(kFullMask, key);
   *at = static_cast<int>(
-      __reduce_min_sync(kFullMask, key == top_key ? static_cast<uint32_t>(index) : 0xffffffffu));
-  *top = __uint_as_float((top_key & 0x80000000u) ? top_key & 0x7fffffffu : ~top_key);
+      __reduce_min_sync(kFullMask, key == *top ? static_cast<uint32_t>(index) : 0xffffffffu));
 #else
-  WarpArgmax(&value, &index);
-  *top = value;
+  for (int o = 16; o > 0; o >>= 1) {
+    const uint32_t ok = __shfl_xor_sync(kFullMask, key, o);
+    const int oi = __shfl_xor_sync(kFullMask, index, o);
+    if (ok > key || (ok == key && oi < index)) {
+      key = ok;
+      index = oi;
+    }
+  }
+  *top = key;
   *at = index;
 #endif
 }

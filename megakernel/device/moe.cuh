@@ -17,12 +17,16 @@ inline constexpr int kMoePhases = 4;
 // Every block computes the routing of all rows into `rt` (shared memory); `scratch` is
 // RouteScratchBytes(n_expert, rows) of shared memory.
 //
-// A row's top-k is one warp's serial chain while the other warps wait, so it costs latency, not
-// throughput. Block 0's probe stamps (2026-12-01, docs/perf/megakernel.md, session 21): 4.4 µs of
-// qwen3-30b-a3b's MoE half (8 of 128 experts) and 11.4 µs of flash-next-125b's (10 of 512) with
-// the logits read from global memory in every round; 4.1 and 10.6 with them copied into shared
-// memory first; 3.1 and 9.0 with the rounds below (two warp reductions, a rescan only in the lane
-// whose element was taken, the probabilities after the last round).
+// The top-k runs on the whole block, every row at once: thread t holds elements t and
+// t + kBlockThreads of each row, and a round is a warp reduction of the threads' best untaken
+// elements, one __syncthreads, and a reduction of the warps' winners that every warp repeats; the
+// winner's holder takes its next best. As one warp's serial chain per row (a round two warp
+// reductions and a rescan by the lane whose element was taken) the top-k took 3.1 µs of
+// qwen3-30b-a3b's MoE half (8 of 128 experts) and 9.0 µs of flash-next-125b's (10 of 512): block
+// 0's probe stamps, 2026-12-01, docs/perf/megakernel.md (session 21). The choices are the same:
+// the largest logit first, ties to the smaller index; the softmax is warp r's for row r, with the
+// probabilities summed in choice order, as the reference does.
+template <int R>
 __device__ void RouteRows(const MoeArgs& A, RouteTable& rt, uint8_t* scratch) {
   const ModelDims& D = A.dims;
   const int B = A.in->n_rows, E = D.n_expert, k = D.n_expert_used;
@@ -31,63 +35,79 @@ __device__ void RouteRows(const MoeArgs& A, RouteTable& rt, uint8_t* scratch) {
   for (int e = threadIdx.x; e < E; e += kBlockThreads) expert_rows[e] = 0;
   for (int i = threadIdx.x; i < B * E; i += kBlockThreads) logits[i] = A.s.router[i];
   __syncthreads();
-  // Warp r: softmax top-k of row r. Lane i < k ends holding the i-th choice.
+
+  // Each round's warp winners (two buffers, so that one __syncthreads a round suffices: a warp
+  // writes a buffer again only after every warp has passed the barrier behind its last reads).
+  __shared__ uint2 warp_best[2][R][kWarpsPerBlock];
+  __shared__ uint32_t chosen_key[R][kMaxExpertsUsed];
+  __shared__ int chosen_id[R][kMaxExpertsUsed];
+  static_assert(kMaxExperts <= 2 * kBlockThreads, "`taken` holds two elements a thread and row");
+  uint32_t cand_key[R];  // this thread's best untaken element of each row (key 0: none)
+  int cand_id[R];
+  uint32_t taken = 0;  // bit 2r + j: element threadIdx.x + j * kBlockThreads of row r is chosen
+  auto candidate = [&](int r) {
+    cand_key[r] = 0;
+    cand_id[r] = E;
+#pragma unroll
+    for (int j = 0; j < kMaxExperts / kBlockThreads; ++j) {
+      const int e = static_cast<int>(threadIdx.x) + j * kBlockThreads;
+      if (e < E && !(taken >> (2 * r + j) & 1u)) {
+        const uint32_t key = OrderedKey(logits[r * E + e]);
+        if (key > cand_key[r]) {
+          cand_key[r] = key;
+          cand_id[r] = e;
+        }
+      }
+    }
+  };
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    if (r < B) candidate(r);
+  }
+  for (int i = 0; i < k; ++i) {
+    uint2(*best)[kWarpsPerBlock] = warp_best[i & 1];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (r >= B) continue;
+      uint32_t top;
+      int at;
+      WarpMaxKey(cand_key[r], cand_id[r], &top, &at);
+      if (Lane() == 0) best[r][Warp()] = make_uint2(top, static_cast<uint32_t>(at));
+    }
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (r >= B) continue;
+      const uint2 w = Lane() < kWarpsPerBlock ? best[r][Lane()] : make_uint2(0u, E);
+      uint32_t top;
+      int at;
+      WarpMaxKey(w.x, static_cast<int>(w.y), &top, &at);
+      if (threadIdx.x == 0) {
+        chosen_key[r][i] = top;
+        chosen_id[r][i] = at;
+      }
+      if (at == cand_id[r]) {  // this thread held the winner
+        taken |= 1u << (2 * r + at / kBlockThreads);
+        candidate(r);
+      }
+    }
+  }
+  __syncthreads();
+
+  // Warp r: row r's probabilities. Lane i < k holds the i-th choice.
   int my_id = -1;
   float my_w = 0;
   if (Warp() < B) {
     const int r = Warp();
     const float* logit = logits + r * E;
-    float mx = -INFINITY;
-    for (int e = Lane(); e < E; e += 32) mx = fmaxf(mx, logit[e]);
-    mx = WarpMax(mx);
+    const float mx = KeyValue(chosen_key[r][0]);  // the largest logit
     float sum = 0;
     for (int e = Lane(); e < E; e += 32) sum += expf(logit[e] - mx);
     sum = WarpSum(sum);
-    uint32_t taken = 0;  // bit t: element Lane() + 32t already chosen (E <= 1024)
-    // Each lane keeps its best untaken element (ties to the smaller index); only the lane whose
-    // element a round takes scans its elements again, four loads at a time.
-    float best = -INFINITY;
-    int best_e = E;
-    auto rescan = [&] {
-      best = -INFINITY;
-      best_e = E;
-      for (int t0 = 0; 32 * t0 < E; t0 += 4) {
-        float v[4];
-        bool valid[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int e = Lane() + 32 * (t0 + j);
-          valid[j] = e < E && !(taken >> (t0 + j) & 1u);
-          v[j] = valid[j] ? logit[e] : 0.0f;
-        }
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int e = Lane() + 32 * (t0 + j);
-          if (valid[j] && (v[j] > best || (v[j] == best && e < best_e))) {
-            best = v[j];
-            best_e = e;
-          }
-        }
-      }
-    };
-    rescan();
-    // The rounds only choose; lane i keeps the i-th choice and its logit, and the probabilities
-    // follow side by side (expf and a division on every round's chain cost more than the choice).
-    float my_top = -INFINITY;
-    for (int i = 0; i < k; ++i) {
-      float top;
-      int chosen;
-      WarpArgmaxOnce(best, best_e, &top, &chosen);
-      if ((chosen & 31) == Lane()) {
-        taken |= 1u << (chosen >> 5);
-        rescan();
-      }
-      if (Lane() == i) {
-        my_id = chosen;
-        my_top = top;
-      }
+    if (Lane() < k) {
+      my_id = chosen_id[r][Lane()];
+      my_w = expf(KeyValue(chosen_key[r][Lane()]) - mx) / sum;
     }
-    my_w = Lane() < k ? expf(my_top - mx) / sum : 0.0f;
     float wsum = 0;  // summed in choice order, as the reference does
     for (int i = 0; i < k; ++i) wsum += __shfl_sync(kFullMask, my_w, i);
     if (Lane() < k) {
@@ -258,7 +278,7 @@ __device__ void MoeExpertUpPhase(const MoeArgs& A, uint8_t* smem, bool router_in
     sh.x = A.s.sh_act;
   }
   if (!router_in_launch) NormRows(A.s.x, H, B, H, A.norm, D.rms_eps, xs);
-  RouteRows(A, rt, route_scratch);  // starts and ends with __syncthreads()
+  RouteRows<R>(A, rt, route_scratch);  // starts and ends with __syncthreads()
   if (!router_in_launch) QuantizeRows(xs, H, B, a);
   if (A.has_shexp) QuantizeRows(A.s.sh_act, D.n_ff_shexp, B, sh);
   const ActSet* act = PublishActs(0, a);
