@@ -166,8 +166,8 @@ struct MatVecJob {
 // Fills the derived fields of `job` from its matrices; `repeats` matrices of this shape share the
 // phase (the chosen experts run one job per slot). A lane takes as many slices of a row as its
 // type allows (MaxLaneSlices) while the phase keeps a unit for at least half of the grid's warps:
-// fewer, fatter units leave warps idle, and on qwen3-30b-a3b's gate/up phase (1,536 units at
-// four slices a lane, 2,112 warps) four slices still beat two (docs/perf/megakernel.md, session 22).
+// fewer, fatter units leave warps idle, yet on qwen3-30b-a3b's gate/up phase (1,536 units at four
+// slices a lane, 2,112 warps) four slices beat two (docs/perf/megakernel.md, session 22).
 __device__ __forceinline__ void SplitRows(MatVecJob& job, int repeats = 1) {
   job.g = GroupLanes(job.m.type, job.m.cols);
   for (int s = MaxLaneSlices(job.m.type); s > 1; s >>= 1) {
