@@ -45,6 +45,21 @@ __device__ __forceinline__ void DotK4Pair(const uint32_t* v_lo, const uint32_t* 
   }
 }
 
+// Applies slice `slice`'s two sub-blocks, built as int8 words, with the scales and minimums of its
+// block header (d, dmin, then the 12 packed scale bytes).
+template <int R>
+__device__ __forceinline__ void ApplyK4Slice(const uint4& hdr, int slice, const uint32_t* v_lo,
+                                             const uint32_t* v_hi, const ActSet& a, unsigned mask,
+                                             int base, float (&acc)[R]) {
+  const int b = slice >> 2, pair = slice & 3;
+  const float d = HalfBitsToFloat(hdr.x), dmin = HalfBitsToFloat(hdr.x >> 16);
+  int sc_lo, m_lo, sc_hi, m_hi;
+  ScaleMinK4Words(hdr.y, hdr.z, hdr.w, 2 * pair, &sc_lo, &m_lo);
+  ScaleMinK4Words(hdr.y, hdr.z, hdr.w, 2 * pair + 1, &sc_hi, &m_hi);
+  DotK4Pair<R>(v_lo, v_hi, d * sc_lo, dmin * m_lo, d * sc_hi, dmin * m_hi, 8 * b + 2 * pair, a,
+               mask, base, acc);
+}
+
 // Loads go out kUnroll slices at a time (RowDotWith), so that a lane with several slices of a row
 // has them all in flight at once.
 struct CodecQ4K {
@@ -65,7 +80,6 @@ struct CodecQ4K {
   template <int R>
   __device__ static void Apply(const Raw& raw, int slice, const ActSet& a, unsigned mask, int base,
                                float (&acc)[R]) {
-    const int b = slice >> 2, pair = slice & 3;
     const uint32_t qw[8] = {raw.q0.x, raw.q0.y, raw.q0.z, raw.q0.w,
                             raw.q1.x, raw.q1.y, raw.q1.z, raw.q1.w};
     uint32_t v_lo[8], v_hi[8];
@@ -74,13 +88,7 @@ struct CodecQ4K {
       v_lo[j] = qw[j] & 0x0F0F0F0Fu;
       v_hi[j] = (qw[j] >> 4) & 0x0F0F0F0Fu;
     }
-    const uint4 hdr = raw.hdr;
-    const float d = HalfBitsToFloat(hdr.x), dmin = HalfBitsToFloat(hdr.x >> 16);
-    int sc_lo, m_lo, sc_hi, m_hi;
-    ScaleMinK4Words(hdr.y, hdr.z, hdr.w, 2 * pair, &sc_lo, &m_lo);
-    ScaleMinK4Words(hdr.y, hdr.z, hdr.w, 2 * pair + 1, &sc_hi, &m_hi);
-    DotK4Pair<R>(v_lo, v_hi, d * sc_lo, dmin * m_lo, d * sc_hi, dmin * m_hi, 8 * b + 2 * pair, a,
-                 mask, base, acc);
+    ApplyK4Slice<R>(raw.hdr, slice, v_lo, v_hi, a, mask, base, acc);
   }
 };
 
@@ -104,7 +112,7 @@ struct CodecQ5K {
   template <int R>
   __device__ static void Apply(const Raw& raw, int slice, const ActSet& a, unsigned mask, int base,
                                float (&acc)[R]) {
-    const int b = slice >> 2, pair = slice & 3;
+    const int pair = slice & 3;
     const uint32_t qw[8] = {raw.q0.x, raw.q0.y, raw.q0.z, raw.q0.w,
                             raw.q1.x, raw.q1.y, raw.q1.z, raw.q1.w};
     const uint32_t hw[8] = {raw.h0.x, raw.h0.y, raw.h0.z, raw.h0.w,
@@ -116,13 +124,7 @@ struct CodecQ5K {
       v_lo[j] = (qw[j] & 0x0F0F0F0Fu) | ((hw[j] >> (2 * pair)) & 0x01010101u) << 4;
       v_hi[j] = ((qw[j] >> 4) & 0x0F0F0F0Fu) | ((hw[j] >> (2 * pair + 1)) & 0x01010101u) << 4;
     }
-    const uint4 hdr = raw.hdr;
-    const float d = HalfBitsToFloat(hdr.x), dmin = HalfBitsToFloat(hdr.x >> 16);
-    int sc_lo, m_lo, sc_hi, m_hi;
-    ScaleMinK4Words(hdr.y, hdr.z, hdr.w, 2 * pair, &sc_lo, &m_lo);
-    ScaleMinK4Words(hdr.y, hdr.z, hdr.w, 2 * pair + 1, &sc_hi, &m_hi);
-    DotK4Pair<R>(v_lo, v_hi, d * sc_lo, dmin * m_lo, d * sc_hi, dmin * m_hi, 8 * b + 2 * pair, a,
-                 mask, base, acc);
+    ApplyK4Slice<R>(raw.hdr, slice, v_lo, v_hi, a, mask, base, acc);
   }
 };
 
