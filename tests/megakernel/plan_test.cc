@@ -1,8 +1,11 @@
 // The CUDA backend's host-side decisions, without a GPU: which models its kernels accept (errors
-// name the tensor and type), and the VRAM budget check (errors say how much is needed).
+// name the tensor and type), the VRAM budget check (errors say how much is needed), and how rows
+// split among lanes.
 #include "megakernel/plan.h"
 
 #include <gtest/gtest.h>
+
+#include "megakernel/codecs.h"
 
 #include "runtime/model/model.h"
 
@@ -78,6 +81,26 @@ TEST(PlanTest, RefusesAZeroContext) {
   auto m = Describe("synth:tiny-qwen3moe");
   ASSERT_NE(m, nullptr);
   EXPECT_FALSE(DimsForModel(*m, 0).ok());
+}
+
+// A lane group is the smallest power of two whose lanes cover a row's slices, at most a warp;
+// with lane_slices, each lane covers that many. Only Q4_K and Q5_K lanes take several slices.
+TEST(LaneSplitTest, GroupsCoverARowWithTheGivenSlicesPerLane) {
+  const int q4k = static_cast<int>(quant::GgmlType::kQ4_K);
+  const int q3k = static_cast<int>(quant::GgmlType::kQ3_K);
+  const int q8 = static_cast<int>(quant::GgmlType::kQ8_0);
+  EXPECT_EQ(GroupLanes(q4k, 2048), 32);     // 32 slices of 64
+  EXPECT_EQ(GroupLanes(q4k, 2048, 2), 16);  // two a lane
+  EXPECT_EQ(GroupLanes(q4k, 2048, 4), 8);   // four a lane
+  EXPECT_EQ(GroupLanes(q4k, 768), 16);      // 12 slices: 4 lanes idle
+  EXPECT_EQ(GroupLanes(q4k, 768, 4), 4);    // three a lane, every lane busy
+  EXPECT_EQ(GroupLanes(q3k, 2048), 16);     // 16 slices of 128
+  EXPECT_EQ(GroupLanes(q8, 4096), 32);      // 128 slices: at most a warp
+  EXPECT_EQ(GroupLanes(q8, 32), 1);
+  EXPECT_EQ(MaxLaneSlices(q4k), 4);
+  EXPECT_EQ(MaxLaneSlices(static_cast<int>(quant::GgmlType::kQ5_K)), 4);
+  EXPECT_EQ(MaxLaneSlices(q3k), 1);
+  EXPECT_EQ(MaxLaneSlices(q8), 1);
 }
 
 }  // namespace
