@@ -34,10 +34,10 @@ TANDEM_HD constexpr int SliceElems(int type) {
 
 // The most slices of one row a lane takes (device/matvec.cuh SplitRows). Q4_K and Q5_K load two
 // slices at a time, and a lane with four slices of a row has them in flight together: on the H200
-// that lifted the 256 MiB Q4_K lab from 0.28 to 0.50 of copy and qwen3-30b-a3b's expert phases by
-// 3-4 µs a layer. Q3_K with the same scheme lost on flash-next-125b's expert phases; it and the
-// other types keep one slice per lane where the row has enough slices for a warp
-// (docs/perf/megakernel.md, session 22).
+// that lifted the 256 MiB Q4_K lab from 0.27 to 0.51 of copy and shortened qwen3-30b-a3b's gate/up
+// and down phases by 2.2 µs each a layer. Q3_K with the same scheme lost on flash-next-125b's
+// expert phases; it and the other types keep one slice per lane where the row has enough slices for
+// a warp (docs/perf/megakernel.md, session 22).
 TANDEM_HD constexpr int MaxLaneSlices(int type) {
   using quant::GgmlType;
   switch (static_cast<GgmlType>(type)) {

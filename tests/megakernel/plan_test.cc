@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include "megakernel/codecs.h"
-
 #include "runtime/model/model.h"
 
 namespace tandem::megakernel {
