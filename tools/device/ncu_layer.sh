@@ -46,6 +46,11 @@ warp_insts = sum(int(r[col["Instructions Executed"]] or 0) for r in body)
 print(f"  code {len(body)} SASS instructions, {len(executed)} executed ({len(executed) * 16 / 1024:.1f} KB); "
       f"{warp_insts / 1e6:.2f} M warp instructions; no-instruction share of samples "
       f"{no_inst / max(samples, 1):.3f}")
+# Every stall reason's share of the samples, largest first (session 23 read these by hand).
+reasons = [n for n in head if n.startswith("stall_") and "Not Issued" not in n]
+shares = sorted(((sum(int(r[col[n]] or 0) for r in body) / max(samples, 1), n[6:]) for n in reasons),
+                reverse=True)
+print("  stall shares: " + "  ".join(f"{name} {share:.3f}" for share, name in shares[:6]))
 PY
   rm -f "$rep" "$out/${half}_run.log"
 done
