@@ -18,10 +18,12 @@ __device__ __forceinline__ float WarpMax(float v) {
   return v;
 }
 
-// The largest (value, index) over the warp, ties to the smaller index; every lane gets it.
-__device__ __forceinline__ void WarpArgmax(float* value, int* index) {
+// The largest (value, index) over the warp, ties to the smaller index; every lane gets it. T is
+// float (the LM head's argmax) or an OrderedKey (WarpMaxKey before sm_80).
+template <class T>
+__device__ __forceinline__ void WarpArgmax(T* value, int* index) {
   for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(kFullMask, *value, o);
+    const T ov = __shfl_xor_sync(kFullMask, *value, o);
     const int oi = __shfl_xor_sync(kFullMask, *index, o);
     if (ov > *value || (ov == *value && oi < *index)) {
       *value = ov;
@@ -60,14 +62,7 @@ __device__ __forceinline__ void WarpMaxKey(uint32_t key, int index, uint32_t* to
   *at = static_cast<int>(
       __reduce_min_sync(kFullMask, key == *top ? static_cast<uint32_t>(index) : 0xffffffffu));
 #else
-  for (int o = 16; o > 0; o >>= 1) {
-    const uint32_t ok = __shfl_xor_sync(kFullMask, key, o);
-    const int oi = __shfl_xor_sync(kFullMask, index, o);
-    if (ok > key || (ok == key && oi < index)) {
-      key = ok;
-      index = oi;
-    }
-  }
+  WarpArgmax(&key, &index);
   *top = key;
   *at = index;
 #endif
