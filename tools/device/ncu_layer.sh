@@ -41,16 +41,14 @@ col = {name: i for i, name in enumerate(head)}
 body = [r for r in rows[2:] if len(r) == len(head)]
 executed = [r for r in body if int(r[col["Instructions Executed"]] or 0) > 0]
 samples = sum(int(r[col["Warp Stall Sampling (All Samples)"]] or 0) for r in body)
-no_inst = sum(int(r[col["stall_no_inst"]] or 0) for r in body)
 warp_insts = sum(int(r[col["Instructions Executed"]] or 0) for r in body)
+# Every stall reason's share of the samples (session 23 read these by hand).
+share = {n[len("stall_"):]: sum(int(r[col[n]] or 0) for r in body) / max(samples, 1)
+         for n in head if n.startswith("stall_") and "Not Issued" not in n}
 print(f"  code {len(body)} SASS instructions, {len(executed)} executed ({len(executed) * 16 / 1024:.1f} KB); "
       f"{warp_insts / 1e6:.2f} M warp instructions; no-instruction share of samples "
-      f"{no_inst / max(samples, 1):.3f}")
-# Every stall reason's share of the samples, largest first (session 23 read these by hand).
-reasons = [n for n in head if n.startswith("stall_") and "Not Issued" not in n]
-shares = sorted(((sum(int(r[col[n]] or 0) for r in body) / max(samples, 1), n[6:]) for n in reasons),
-                reverse=True)
-print("  stall shares: " + "  ".join(f"{name} {share:.3f}" for share, name in shares[:6]))
+      f"{share['no_inst']:.3f}")
+print("  stall shares: " + "  ".join(f"{n} {v:.3f}" for n, v in sorted(share.items(), key=lambda x: -x[1])[:6]))
 PY
   rm -f "$rep" "$out/${half}_run.log"
 done
