@@ -1,17 +1,20 @@
 // The persistent kernels of megakernel/ and their launchers: one kernel template per half whose
 // body runs phases [begin, end) with a grid barrier between them. Megakernel mode launches all
-// phases cooperatively at once; per-op mode launches one phase per ordinary kernel.
+// phases cooperatively at once; per-phase mode launches one phase per ordinary kernel. Per-op
+// mode's kernels live in per_op.cu.
 // Arguments are __grid_constant__: the phases take them by reference, and without it every thread
 // copied the ~700-byte struct to local memory at entry (measured: ~10 µs per phase on the H200,
 // 2026-11-29, ncu per-op profile of synth:qwen3-30b-a3b).
 #include <cooperative_groups.h>
 
+#include <algorithm>
 #include <atomic>
 
 #include "megakernel/device/head.cuh"
 #include "megakernel/device/mixer.cuh"
 #include "megakernel/device/moe.cuh"
 #include "megakernel/launch.h"
+#include "megakernel/ops.h"
 
 namespace tandem::megakernel {
 namespace {
@@ -20,8 +23,9 @@ namespace cg = cooperative_groups;
 
 // Block 0's %globaltimer (ns) at the start of phase `slot` of a layer half, or at the end of the
 // launch (slot = end phase), when the timeline is on. Block 0 leaves each grid barrier when the
-// whole grid has arrived, so consecutive stamps are phase times including the barrier. In per-op
-// mode a launch's end stamp is overwritten by the next phase's start, so the slots mean the same.
+// whole grid has arrived, so consecutive stamps are phase times including the barrier. In
+// per-phase mode a launch's end stamp is overwritten by the next phase's start, so the slots mean
+// the same.
 __device__ __forceinline__ void Stamp(uint64_t* timeline, int layer, int half, int slot) {
   if (timeline == nullptr || blockIdx.x != 0 || threadIdx.x != 0) return;
   uint64_t t;
@@ -176,7 +180,8 @@ cudaError_t Launch(const void* kernel, int grid, int64_t smem, bool cooperative,
   return cudaLaunchKernelExC(&config, kernel, params);
 }
 
-// Launches phases of one half: all at once cooperatively, or one ordinary launch per phase.
+// Launches phases of one half: all at once cooperatively (megakernel mode), or one ordinary launch
+// per phase (per-phase mode).
 template <typename Args>
 cudaError_t LaunchPhases(const void* kernel, const Args& args, int n_phases, KernelMode mode,
                          const LaunchShape& shape, cudaStream_t stream) {
@@ -215,6 +220,7 @@ cudaError_t PrepareHalf(Half half, int rows_variant, int64_t smem, int max_block
       e != cudaSuccess) {
     return e;
   }
+  if (cudaError_t e = PrepareOps(half, rows_variant, smem); e != cudaSuccess) return e;
   int device = 0, sms = 0, per_sm = 0;
   if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
   if (cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
@@ -238,6 +244,8 @@ cudaError_t MaxDynamicSmem(Half half, int rows_variant, int64_t* bytes) {
       e != cudaSuccess) {
     return e;
   }
+  int64_t op_static = 0;  // per-op mode's kernel of this half
+  if (cudaError_t e = OpsStaticSmem(half, rows_variant, &op_static); e != cudaSuccess) return e;
   int device = 0, optin = 0;
   if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
   if (cudaError_t e =
@@ -245,23 +253,27 @@ cudaError_t MaxDynamicSmem(Half half, int rows_variant, int64_t* bytes) {
       e != cudaSuccess) {
     return e;
   }
-  *bytes = static_cast<int64_t>(optin) - static_cast<int64_t>(attributes.sharedSizeBytes);
+  *bytes = static_cast<int64_t>(optin) -
+           std::max(static_cast<int64_t>(attributes.sharedSizeBytes), op_static);
   return cudaSuccess;
 }
 
 cudaError_t LaunchMixer(const MixerArgs& args, int rows_variant, KernelMode mode,
                         const LaunchShape& shape, cudaStream_t stream) {
+  if (mode == KernelMode::kPerOp) return LaunchMixerOps(args, rows_variant, shape, stream);
   return LaunchPhases(KernelOf(Half::kMixer, rows_variant), args,
                       PhaseCount(Half::kMixer, args.recurrent != 0), mode, shape, stream);
 }
 
 cudaError_t LaunchMoe(const MoeArgs& args, int rows_variant, KernelMode mode,
                       const LaunchShape& shape, cudaStream_t stream) {
+  if (mode == KernelMode::kPerOp) return LaunchMoeOps(args, rows_variant, shape, stream);
   return LaunchPhases(KernelOf(Half::kMoe, rows_variant), args, kMoePhases, mode, shape, stream);
 }
 
 cudaError_t LaunchHead(const HeadArgs& args, int rows_variant, KernelMode mode,
                        const LaunchShape& shape, cudaStream_t stream) {
+  if (mode == KernelMode::kPerOp) return LaunchHeadOps(args, rows_variant, shape, stream);
   return LaunchPhases(KernelOf(Half::kHead, rows_variant), args, kHeadPhases, mode, shape, stream);
 }
 

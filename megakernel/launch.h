@@ -1,7 +1,5 @@
 // Host entry points of the GPU kernels: raw device pointers in (the *Args structs), a stream, a
-// cudaError_t out. Each layer half is one persistent cooperative launch (megakernel mode, grid
-// barriers between phases) or one ordinary launch per phase (per-op mode, the same device code).
-// Row counts are compiled for 1 (decode) and 8 (verify, masked down to 2..8).
+// cudaError_t out. Row counts are compiled for 1 (decode), 4 and 8 (verify, masked down to 2..8).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -12,7 +10,13 @@
 
 namespace tandem::megakernel {
 
-enum class KernelMode { kMegakernel, kPerOp };
+// How a layer half is launched. The three compute the same values (the runner test compares
+// their logits bit for bit).
+enum class KernelMode {
+  kMegakernel,  // one persistent cooperative launch, grid barriers between phases
+  kPerPhase,    // the megakernel's phases, one ordinary launch each: what the barriers cost
+  kPerOp,       // one ordinary launch per operation (megakernel/ops.h): the baseline of issue #5
+};
 enum class Half { kMixer, kMoe, kHead };
 
 // Grid and dynamic shared memory of one kernel variant.
@@ -24,14 +28,21 @@ struct LaunchShape {
 // Phases of a half (attention and DeltaNet mixers differ).
 int PhaseCount(Half half, bool recurrent);
 
+// Launches of a half, or of the head, in per-op mode.
+int PerOpLaunches(const MixerArgs& args);
+int PerOpLaunches(const MoeArgs& args);
+int PerOpLaunches(const HeadArgs& args);
+
 // The most dynamic shared memory a block of this kernel variant may use on the current device:
-// the device's opt-in limit less the kernel's static shared memory. Its attribute query also
-// loads the kernel's module now; the runner calls it for every variant before PrepareHalf.
+// the device's opt-in limit less the larger static shared memory of its two modes' kernels. Its
+// attribute query also loads the kernel's module now; the runner calls it for every variant before
+// PrepareHalf.
 cudaError_t MaxDynamicSmem(Half half, int rows_variant, int64_t* bytes);
 
-// Raises the kernel's dynamic shared-memory limit to `smem` (at most MaxDynamicSmem) and sizes a
-// persistent grid from the occupancy API (every block resident at once, as a cooperative launch
-// requires), at most `max_blocks_per_sm` per multiprocessor.
+// Raises both modes' kernels' dynamic shared-memory limit to `smem` (at most MaxDynamicSmem) and
+// sizes a persistent grid from the occupancy API (every block resident at once, as a cooperative
+// launch requires), at most `max_blocks_per_sm` per multiprocessor. Per-op launches use the same
+// grid, or one block.
 cudaError_t PrepareHalf(Half half, int rows_variant, int64_t smem, int max_blocks_per_sm,
                         LaunchShape* shape);
 

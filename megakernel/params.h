@@ -120,6 +120,9 @@ struct Scratch {
   int32_t* argmax = nullptr;  // [B]
   // Phase timeline (the bench's): null, or [n_layer][2 (mixer, MoE)][kTimelineSlots] clocks.
   uint64_t* timeline = nullptr;
+  // Per-op mode's two activation sets (device/ops.cuh OpActs), where the megakernel's phases
+  // keep them in shared memory.
+  uint8_t* op_act[2] = {nullptr, nullptr};
 };
 
 // Timeline slots per layer half: phase p's start at slot p (at most 5 phases), the end of the

@@ -254,6 +254,17 @@ absl::Status GpuRunner::AllocateState() {
     *f.ptr = AllocF32(f.count, &vram_.scratch);
     if (*f.ptr == nullptr) return oom(f.what);
   }
+  // Per-op mode's activation sets (device/ops.cuh): [0] the normed input rows of a half or the
+  // head, [1] the input of an output or down projection.
+  const int64_t op_act_bytes[2] = {
+      ActSetBytes(B, d.n_embd, true),
+      std::max({ActSetBytes(B, d.n_head * d.head_dim, false),
+                hp.is_hybrid() ? ActSetBytes(B, d_inner, true) : int64_t{0},
+                ActSetBytes(B, d.n_ff_shexp, false), ActSetBytes(B * k, d.n_ff_exp, false)})};
+  for (int i = 0; i < 2; ++i) {
+    s.op_act[i] = AllocBytes(static_cast<uint64_t>(op_act_bytes[i]), &vram_.scratch);
+    if (s.op_act[i] == nullptr) return oom("per-op activations");
+  }
   s.routes = reinterpret_cast<int32_t*>(AllocBytes(sizeof(RouteTable), &vram_.scratch));
   s.route_ids = reinterpret_cast<int32_t*>(AllocBytes(uint64_t{B} * d.n_layer * k * 4, &vram_.scratch));
   s.argmax = reinterpret_cast<int32_t*>(AllocBytes(uint64_t{B} * 4, &vram_.scratch));
@@ -394,17 +405,38 @@ void GpuRunner::set_graphs(bool on) {
 }
 
 int GpuRunner::LaunchesPerStep(bool with_head) const {
-  const bool per_op = options_.mode == KernelMode::kPerOp;
   int n = 1;  // embedding
-  for (const MixerArgs& mx : mixer_) {
-    n += per_op ? PhaseCount(Half::kMixer, mx.recurrent != 0) + PhaseCount(Half::kMoe, false) : 2;
+  for (size_t il = 0; il < mixer_.size(); ++il) {
+    switch (options_.mode) {
+      case KernelMode::kMegakernel:
+        n += 2;
+        break;
+      case KernelMode::kPerPhase:
+        n += PhaseCount(Half::kMixer, mixer_[il].recurrent != 0) + PhaseCount(Half::kMoe, false);
+        break;
+      case KernelMode::kPerOp:
+        n += PerOpLaunches(mixer_[il]) + PerOpLaunches(moe_[il]);
+        break;
+    }
   }
-  if (with_head) n += per_op ? PhaseCount(Half::kHead, false) : 1;
+  if (with_head) {
+    switch (options_.mode) {
+      case KernelMode::kMegakernel:
+        n += 1;
+        break;
+      case KernelMode::kPerPhase:
+        n += PhaseCount(Half::kHead, false);
+        break;
+      case KernelMode::kPerOp:
+        n += PerOpLaunches(head_);
+        break;
+    }
+  }
   return n;
 }
 
 int GpuRunner::BarriersPerStep(bool with_head) const {
-  if (options_.mode == KernelMode::kPerOp) return 0;
+  if (options_.mode != KernelMode::kMegakernel) return 0;
   int n = 0;
   for (const MixerArgs& mx : mixer_) {
     n += PhaseCount(Half::kMixer, mx.recurrent != 0) - 1 + PhaseCount(Half::kMoe, false) - 1;

@@ -34,7 +34,7 @@ __device__ __forceinline__ float RowElement(int type, const uint8_t* row, int i)
 }
 
 // x[r] = token_embd[tokens[r]] for every row.
-__device__ void EmbedRows(const HeadArgs& A) {
+__device__ inline void EmbedRows(const HeadArgs& A) {
   const int B = A.in->n_rows, H = A.dims.n_embd;
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   for (int64_t i = tid; i < static_cast<int64_t>(B) * H; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -57,7 +57,7 @@ __device__ void HeadLogits(const HeadArgs& A, uint8_t* smem) {
 }
 
 // Per block: the best (value, smallest index) of its share of each row's logits.
-__device__ void HeadBlockArgmax(const HeadArgs& A) {
+__device__ inline void HeadBlockArgmax(const HeadArgs& A) {
   __shared__ float best_v[kWarpsPerBlock];
   __shared__ int best_i[kWarpsPerBlock];
   const int V = A.dims.n_vocab;
@@ -93,7 +93,7 @@ __device__ void HeadBlockArgmax(const HeadArgs& A) {
   }
 }
 
-__device__ void HeadFinalArgmax(const HeadArgs& A) {
+__device__ inline void HeadFinalArgmax(const HeadArgs& A) {
   if (blockIdx.x != 0) return;
   for (int r = Warp(); r < A.in->n_logit_rows; r += kWarpsPerBlock) {
     float bv = -INFINITY;

@@ -60,18 +60,11 @@ __device__ __forceinline__ AttentionSplit SplitAttention(const MixerArgs& A) {
   return s;
 }
 
-// Phase 0 of both kinds: RMSNorm(x) into shared memory, quantised, then the input projections.
-template <int R>
-__device__ void MixerProjections(const MixerArgs& A, uint8_t* smem) {
+// Calls add(matrix, column offset in the projections row) for each input projection of the layer,
+// in order: q, k, v (attention) or qkv, z, then ba or beta and alpha (DeltaNet).
+template <class F>
+__device__ __forceinline__ void ForEachInputProjection(const MixerArgs& A, F&& add) {
   const ModelDims& D = A.dims;
-  const int B = A.in->n_rows;
-  uint8_t* cursor = smem;
-  const ActSet* act = PublishActs(0, NormedActs(cursor, A.s.x, B, D.n_embd, A.norm, D.rms_eps));
-  const unsigned mask = RowMask(B);
-  float* proj = A.s.proj;
-  const int ps = A.s.proj_stride;
-  int n = 0;
-  auto add = [&](const Matrix& m, int offset) { SetJob(n++, m, act, mask, proj + offset, ps); };
   if (A.recurrent) {
     const int conv_dim = D.ssm_conv_dim(), d_inner = D.ssm_d_inner();
     add(A.dn.qkv, 0);
@@ -87,6 +80,26 @@ __device__ void MixerProjections(const MixerArgs& A, uint8_t* smem) {
     add(A.att.wk, D.q_rows());
     add(A.att.wv, D.q_rows() + D.kv_dim());
   }
+}
+
+// How many projections ForEachInputProjection calls `add` with (per-op mode launches one each).
+__host__ __device__ inline int InputProjectionCount(const MixerArgs& A) {
+  return A.recurrent && !A.dims.ssm_grouped_ba ? 4 : 3;
+}
+
+// Phase 0 of both kinds: RMSNorm(x) into shared memory, quantised, then the input projections.
+template <int R>
+__device__ void MixerProjections(const MixerArgs& A, uint8_t* smem) {
+  const ModelDims& D = A.dims;
+  const int B = A.in->n_rows;
+  uint8_t* cursor = smem;
+  const ActSet* act = PublishActs(0, NormedActs(cursor, A.s.x, B, D.n_embd, A.norm, D.rms_eps));
+  const unsigned mask = RowMask(B);
+  float* proj = A.s.proj;
+  const int ps = A.s.proj_stride;
+  int n = 0;
+  ForEachInputProjection(
+      A, [&](const Matrix& m, int offset) { SetJob(n++, m, act, mask, proj + offset, ps); });
   __syncthreads();
   RunJobs<R>(Plan().job, n);
 }
@@ -163,7 +176,7 @@ __device__ __forceinline__ void PublishChunks(const MixerArgs& A, int r, int h0,
 // The step's heads: q/k RMSNorm and RoPE in place, k and v appended to the caches, each head's
 // flag published. Queries written here are read back with L2 loads (ld.global.cg): an L1 line
 // of another multiprocessor may hold the raw values where a row of the projections shares it.
-__device__ void NormRopeHeads(const MixerArgs& A) {
+__device__ inline void NormRopeHeads(const MixerArgs& A) {
   const ModelDims& D = A.dims;
   const int B = A.in->n_rows, hd = D.head_dim, half = D.n_rot / 2;
   const int q_stride = D.gated_attention ? 2 * hd : hd;
@@ -437,8 +450,7 @@ __device__ void AttentionTeamPartials(const MixerArgs& A, const AttentionSplit& 
   }
 }
 
-__device__ void AttentionPartials(const MixerArgs& A, uint8_t* smem) {
-  NormRopeHeads(A);
+__device__ inline void AttentionChunks(const MixerArgs& A, uint8_t* smem) {
   const AttentionSplit S = SplitAttention(A);
   const bool teams = S.heads > 1;  // one head a warp also where a KV group is one head
   switch (DimsPerLane(A.dims.head_dim)) {
@@ -451,6 +463,12 @@ __device__ void AttentionPartials(const MixerArgs& A, uint8_t* smem) {
     default:
       return teams ? AttentionTeamPartials<8>(A, S, smem) : AttentionHeadPartials<8>(A, S, smem);
   }
+}
+
+// Attention phase 1 up to the merge: the step's heads, then every chunk's partials.
+__device__ inline void AttentionPartials(const MixerArgs& A, uint8_t* smem) {
+  NormRopeHeads(A);
+  AttentionChunks(A, smem);
 }
 
 // Σ over the warp of 32 values per lane, transposed: lane i gets Σ over lanes of v[i]. 31 shuffles:
@@ -479,7 +497,7 @@ __device__ __forceinline__ float TransposeSum32(float (&v)[32]) {
 // the head's chunk count (see ChunksDone); each lane merges chunks lane, lane + 32, ... with its
 // own running max (all loads of a round independent), then the warp merges its lanes. Partials
 // are read through L2 (ld.global.cg), as the queries are.
-__device__ void AttentionCombine(const MixerArgs& A) {
+__device__ inline void AttentionCombine(const MixerArgs& A) {
   const ModelDims& D = A.dims;
   const int B = A.in->n_rows, hd = D.head_dim, nh = D.n_head;
   const int q_stride = D.gated_attention ? 2 * hd : hd;
@@ -554,7 +572,7 @@ __device__ __forceinline__ float Softplus(float x) { return x > 20.0f ? x : log1
 // DeltaNet phase 1: causal conv (state update) + SiLU per channel, rows in order; L2 norm of each
 // query/key head (queries also scaled by 1/sqrt(dk)). Warp per head of channels, the grid's first;
 // each row's head is published with a flag (HeadFlag, index = the item) for the delta rule.
-__device__ void DeltaNetConv(const MixerArgs& A) {
+__device__ inline void DeltaNetConv(const MixerArgs& A) {
   const ModelDims& D = A.dims;
   const int B = A.in->n_rows, K = D.ssm_conv_kernel;
   const int n_k = D.ssm_n_k, dk = D.ssm_dk, dv = D.ssm_dv;
@@ -601,7 +619,7 @@ __device__ void DeltaNetConv(const MixerArgs& A) {
 // the same phase (the conv phase and its barrier cost 6.7 us per DeltaNet layer on
 // flash-next-125b at 512 keys, 2026-11-30): for each row it waits for the flags of its q, k and v
 // heads (see HeadFlag), then stages q and k in the warp's shared memory, read through L2.
-__device__ void DeltaNetRule(const MixerArgs& A, uint8_t* smem) {
+__device__ inline void DeltaNetRule(const MixerArgs& A, uint8_t* smem) {
   const ModelDims& D = A.dims;
   const int B = A.in->n_rows;
   const int n_k = D.ssm_n_k, n_v = D.ssm_n_v, dk = D.ssm_dk, dv = D.ssm_dv;
@@ -656,17 +674,13 @@ __device__ void DeltaNetRule(const MixerArgs& A, uint8_t* smem) {
   }
 }
 
-// DeltaNet phase 2: gated RMSNorm of each head (ssm_norm, times silu(z)) into shared memory,
-// then the output projection added to the residual.
-template <int R>
-__device__ void DeltaNetOutput(const MixerArgs& A, uint8_t* smem) {
+// xs[r] = RMSNorm(delta-rule output of each value head) * ssm_norm * silu(z), a warp per (row,
+// head): items first, first + step, ...
+__device__ __forceinline__ void GatedNormHeads(const MixerArgs& A, float* xs, int first, int step) {
   const ModelDims& D = A.dims;
   const int B = A.in->n_rows, dv = D.ssm_dv, n_v = D.ssm_n_v, d_inner = D.ssm_d_inner();
   const int conv_dim = D.ssm_conv_dim();
-  uint8_t* cursor = smem;
-  float* xs;
-  ActSet a = CarveActs(cursor, B, d_inner, true, &xs);
-  for (int it = Warp(); it < B * n_v; it += kWarpsPerBlock) {
+  for (int it = first; it < B * n_v; it += step) {
     const int r = it / n_v, j = it % n_v;
     const float* o = A.s.mix2 + static_cast<int64_t>(r) * d_inner + j * dv;
     const float* z = A.s.proj + static_cast<int64_t>(r) * A.s.proj_stride + conv_dim + j * dv;
@@ -678,6 +692,18 @@ __device__ void DeltaNetOutput(const MixerArgs& A, uint8_t* smem) {
       xs[static_cast<int64_t>(r) * d_inner + j * dv + d] = o[d] * scale * A.dn.norm[d] * Silu(z[d]);
     }
   }
+}
+
+// DeltaNet phase 2: gated RMSNorm of each head (ssm_norm, times silu(z)) into shared memory,
+// then the output projection added to the residual.
+template <int R>
+__device__ void DeltaNetOutput(const MixerArgs& A, uint8_t* smem) {
+  const ModelDims& D = A.dims;
+  const int B = A.in->n_rows, d_inner = D.ssm_d_inner();
+  uint8_t* cursor = smem;
+  float* xs;
+  ActSet a = CarveActs(cursor, B, d_inner, true, &xs);
+  GatedNormHeads(A, xs, Warp(), kWarpsPerBlock);
   __syncthreads();
   QuantizeRows(xs, d_inner, B, a);
   SetJob(0, A.dn.out, PublishActs(0, a), RowMask(B), A.s.x, D.n_embd, OutMode::kAdd);

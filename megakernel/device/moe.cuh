@@ -254,13 +254,106 @@ __device__ __forceinline__ void ForUnitsOfSlots(int upe, int total, F&& f) {
   }
 }
 
+// Block-level: copies the block's route table to A.s.routes for the later phases, records each
+// row's chosen experts (routing logs) and, when experts are off-card, publishes their jobs and the
+// normed rows `xs` to the mailbox. One block calls it.
+__device__ __forceinline__ void PublishRoutes(const MoeArgs& A, const RouteTable& rt,
+                                              const float* xs) {
+  const ModelDims& D = A.dims;
+  const int B = A.in->n_rows, H = D.n_embd;
+  RouteTable& out = *reinterpret_cast<RouteTable*>(A.s.routes);
+  const int32_t* src = reinterpret_cast<const int32_t*>(&rt);
+  int32_t* dst = reinterpret_cast<int32_t*>(&out);
+  for (int i = threadIdx.x; i < static_cast<int>(sizeof(RouteTable) / 4); i += kBlockThreads) {
+    dst[i] = src[i];
+  }
+  const int k = D.n_expert_used;
+  for (int i = threadIdx.x; i < B * k; i += kBlockThreads) {
+    const int r = i / k, j = i % k;
+    const int pair = rt.row_pair[r][j];
+    int e;
+    if (pair >= 0) {
+      // Find the slot holding this pair (slots are few).
+      int s = 0;
+      while (s + 1 < rt.n_slots && rt.slot_pair0[s + 1] <= pair) ++s;
+      e = rt.slot_expert[s];
+    } else {
+      e = -1 - pair;
+    }
+    const int64_t at = (static_cast<int64_t>(r) * D.n_layer + A.layer) * k + j;
+    A.s.route_ids[at] = e;
+    A.s.route_weights[at] = rt.row_weight[r][j];
+  }
+  if (rt.n_off_card > 0 && A.mailbox != nullptr) {
+    // Publish the off-card jobs and the normed rows; release the posted flag system-wide.
+    MoeMailbox* mb = A.mailbox;
+    if (threadIdx.x == 0) {
+      int n = 0;
+      for (int r = 0; r < B; ++r) {
+        for (int j = 0; j < k; ++j) {
+          if (rt.row_pair[r][j] < 0 && n < kMaxMailboxJobs) {
+            mb->jobs[n].row = r;
+            mb->jobs[n].expert = -1 - rt.row_pair[r][j];
+            mb->jobs[n].weight = rt.row_weight[r][j];
+            ++n;
+          }
+        }
+      }
+      mb->n_jobs = n;
+      mb->n_rows = B;
+      mb->hidden = H;
+      mb->layer = A.layer;
+    }
+    for (int i = threadIdx.x; i < B * H; i += kBlockThreads) mb->rows[i] = xs[i];
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      __threadfence_system();
+      cuda::atomic_ref<uint32_t, cuda::thread_scope_system> posted(mb->posted);
+      posted.store(posted.load(cuda::memory_order_relaxed) + 1, cuda::memory_order_release);
+    }
+  }
+}
+
+// Gate/up + SwiGLU of every resident chosen expert of `rt` for the rows that chose it, over all
+// warps of the grid, followed by `shared_units` units of the phase's job 0 (the shared expert's
+// down projection in megakernel mode).
+template <int R>
+__device__ __forceinline__ void RunExpertUp(const MoeArgs& A, const RouteTable& rt,
+                                            const ActSet* act, int shared_units) {
+  const ModelDims& D = A.dims;
+  // One job for every expert: per unit only the slot's matrices, rows and pair base change.
+  MatVecJob job;
+  job.m = ExpertMatrix(A.gate, 0);
+  job.m2 = ExpertMatrix(A.up, 0);
+  job.act = act;
+  job.out = A.s.exp_act;
+  job.out_stride = D.n_ff_exp;
+  job.mode = OutMode::kSwiGlu;
+  SplitRows(job, rt.n_slots);
+  const int upe = job.units;
+  const int expert_units = rt.n_slots * upe;
+  const int total = expert_units + shared_units;
+  ForUnitsOfSlots(upe, total, [&](int u, int s, int unit) {
+    if (u >= expert_units) {
+      RunUnit<R>(Plan().job[0], u - expert_units);
+      return;
+    }
+    if (rt.slot_device[s] < 0) return;
+    job.m.data = ExpertData(A.gate, rt.slot_device[s]);
+    job.m2.data = ExpertData(A.up, rt.slot_device[s]);
+    job.mask = rt.slot_rows[s];
+    job.out_base = rt.slot_pair0[s];  // input: the step rows' normed x; output: per pair
+    RunUnit<R>(job, unit);
+  });
+}
+
 // Phase 1: routing, then gate/up + SwiGLU of every resident chosen expert for the rows that chose
 // it, and the shared expert's down projection. Block 0 publishes the route table (and the
 // off-card jobs to the mailbox).
 //
 // The normed, quantised rows sit where phase 0 carved them; when phase 0 ran in the same launch
 // (`router_in_launch`: megakernel mode) this block's shared memory still holds them, and only
-// per-op launches compute them again.
+// per-phase launches compute them again.
 template <int R>
 __device__ void MoeExpertUpPhase(const MoeArgs& A, uint8_t* smem, bool router_in_launch) {
   const ModelDims& D = A.dims;
@@ -287,99 +380,18 @@ __device__ void MoeExpertUpPhase(const MoeArgs& A, uint8_t* smem, bool router_in
   if (A.has_shexp) SetJob(0, A.sh_down, sh_act, RowMask(B), A.s.sh_out, H);
   __syncthreads();
 
-  if (blockIdx.x == 0) {
-    RouteTable& out = *reinterpret_cast<RouteTable*>(A.s.routes);
-    const int32_t* src = reinterpret_cast<const int32_t*>(&rt);
-    int32_t* dst = reinterpret_cast<int32_t*>(&out);
-    for (int i = threadIdx.x; i < static_cast<int>(sizeof(RouteTable) / 4); i += kBlockThreads) {
-      dst[i] = src[i];
-    }
-    const int k = D.n_expert_used;
-    for (int i = threadIdx.x; i < B * k; i += kBlockThreads) {
-      const int r = i / k, j = i % k;
-      const int pair = rt.row_pair[r][j];
-      int e;
-      if (pair >= 0) {
-        // Find the slot holding this pair (slots are few).
-        int s = 0;
-        while (s + 1 < rt.n_slots && rt.slot_pair0[s + 1] <= pair) ++s;
-        e = rt.slot_expert[s];
-      } else {
-        e = -1 - pair;
-      }
-      const int64_t at = (static_cast<int64_t>(r) * D.n_layer + A.layer) * k + j;
-      A.s.route_ids[at] = e;
-      A.s.route_weights[at] = rt.row_weight[r][j];
-    }
-    if (rt.n_off_card > 0 && A.mailbox != nullptr) {
-      // Publish the off-card jobs and the normed rows; release the posted flag system-wide.
-      MoeMailbox* mb = A.mailbox;
-      if (threadIdx.x == 0) {
-        int n = 0;
-        for (int r = 0; r < B; ++r) {
-          for (int j = 0; j < k; ++j) {
-            if (rt.row_pair[r][j] < 0 && n < kMaxMailboxJobs) {
-              mb->jobs[n].row = r;
-              mb->jobs[n].expert = -1 - rt.row_pair[r][j];
-              mb->jobs[n].weight = rt.row_weight[r][j];
-              ++n;
-            }
-          }
-        }
-        mb->n_jobs = n;
-        mb->n_rows = B;
-        mb->hidden = H;
-        mb->layer = A.layer;
-      }
-      for (int i = threadIdx.x; i < B * H; i += kBlockThreads) mb->rows[i] = xs[i];
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        __threadfence_system();
-        cuda::atomic_ref<uint32_t, cuda::thread_scope_system> posted(mb->posted);
-        posted.store(posted.load(cuda::memory_order_relaxed) + 1, cuda::memory_order_release);
-      }
-    }
-  }
+  if (blockIdx.x == 0) PublishRoutes(A, rt, xs);
 
-  // One job for every expert: per unit only the slot's matrices, rows and pair base change.
-  MatVecJob job;
-  job.m = ExpertMatrix(A.gate, 0);
-  job.m2 = ExpertMatrix(A.up, 0);
-  job.act = act;
-  job.out = A.s.exp_act;
-  job.out_stride = D.n_ff_exp;
-  job.mode = OutMode::kSwiGlu;
-  SplitRows(job, rt.n_slots);
-  const int upe = job.units;
-  const int expert_units = rt.n_slots * upe;
-  const int total = expert_units + (A.has_shexp ? Plan().job[0].units : 0);
-  ForUnitsOfSlots(upe, total, [&](int u, int s, int unit) {
-    if (u >= expert_units) {
-      RunUnit<R>(Plan().job[0], u - expert_units);
-      return;
-    }
-    if (rt.slot_device[s] < 0) return;
-    job.m.data = ExpertData(A.gate, rt.slot_device[s]);
-    job.m2.data = ExpertData(A.up, rt.slot_device[s]);
-    job.mask = rt.slot_rows[s];
-    job.out_base = rt.slot_pair0[s];  // input: the step rows' normed x; output: per pair
-    RunUnit<R>(job, unit);
-  });
+  RunExpertUp<R>(A, rt, act, A.has_shexp ? Plan().job[0].units : 0);
 }
 
-// Phase 2: the down projection of every resident chosen expert for its rows.
+// The down projection of every resident chosen expert of `rt` for its rows, over all warps of
+// the grid; `act` holds the pairs' quantised SwiGLU outputs.
 template <int R>
-__device__ void MoeExpertDownPhase(const MoeArgs& A, uint8_t* smem) {
+__device__ __forceinline__ void RunExpertDown(const MoeArgs& A, const RouteTable& rt,
+                                              const ActSet* act) {
   const ModelDims& D = A.dims;
-  const RouteTable& rt = *reinterpret_cast<const RouteTable*>(A.s.routes);
-  const int n_pairs = rt.n_pairs, n_slots = rt.n_slots;
-  uint8_t* cursor = smem;
-  float* unused;
-  ActSet a = CarveActs(cursor, n_pairs, D.n_ff_exp, false, &unused);
-  a.x = A.s.exp_act;
-  QuantizeRows(A.s.exp_act, D.n_ff_exp, n_pairs, a);
-  const ActSet* act = PublishActs(0, a);
-  __syncthreads();
+  const int n_slots = rt.n_slots;
   MatVecJob job;
   job.m = ExpertMatrix(A.down, 0);
   job.act = act;
@@ -397,9 +409,25 @@ __device__ void MoeExpertDownPhase(const MoeArgs& A, uint8_t* smem) {
   });
 }
 
+// Phase 2: the down projection of every resident chosen expert for its rows.
+template <int R>
+__device__ void MoeExpertDownPhase(const MoeArgs& A, uint8_t* smem) {
+  const ModelDims& D = A.dims;
+  const RouteTable& rt = *reinterpret_cast<const RouteTable*>(A.s.routes);
+  const int n_pairs = rt.n_pairs;
+  uint8_t* cursor = smem;
+  float* unused;
+  ActSet a = CarveActs(cursor, n_pairs, D.n_ff_exp, false, &unused);
+  a.x = A.s.exp_act;
+  QuantizeRows(A.s.exp_act, D.n_ff_exp, n_pairs, a);
+  const ActSet* act = PublishActs(0, a);
+  __syncthreads();
+  RunExpertDown<R>(A, rt, act);
+}
+
 // Phase 3: x[r] += Σ weight · expert output (ascending expert id, as the reference sums) +
 // sigmoid(gate) · shared expert (+ the CPU's partial sum for off-card experts).
-__device__ void MoeCombinePhase(const MoeArgs& A) {
+__device__ inline void MoeCombinePhase(const MoeArgs& A) {
   const ModelDims& D = A.dims;
   const RouteTable& rt = *reinterpret_cast<const RouteTable*>(A.s.routes);
   const int B = A.in->n_rows, H = D.n_embd, k = D.n_expert_used;

@@ -327,9 +327,11 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& option
     return absl::InvalidArgumentError(absl::StrCat(
         "unknown backend '", options.backend, "' (choose auto, reference, cpu or cuda)"));
   }
-  if (options.kernels != "auto" && options.kernels != "megakernel" && options.kernels != "per-op") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unknown --kernels '", options.kernels, "' (choose auto, megakernel or per-op)"));
+  if (options.kernels != "auto" && options.kernels != "megakernel" &&
+      options.kernels != "per-phase" && options.kernels != "per-op") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown --kernels '", options.kernels,
+                     "' (choose auto, megakernel, per-phase or per-op)"));
   }
   const std::string cuda_unavailable = CudaBackendUnavailableReason();
   if (options.backend == "cuda" && !cuda_unavailable.empty()) {
@@ -390,8 +392,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& option
   if (engine->backend_name_ == "cuda") {
     megakernel::RunnerOptions ro;
     ro.n_ctx = engine->n_ctx_;
-    ro.mode = options.kernels == "per-op" ? megakernel::KernelMode::kPerOp
-                                          : megakernel::KernelMode::kMegakernel;
+    ro.mode = options.kernels == "per-op"      ? megakernel::KernelMode::kPerOp
+              : options.kernels == "per-phase" ? megakernel::KernelMode::kPerPhase
+                                               : megakernel::KernelMode::kMegakernel;
     ro.graphs = options.cuda_graphs;
     ro.vram_budget = options.vram_budget;
     ro.progress = options.progress;

@@ -44,7 +44,7 @@ namespace tandem::engine {
 struct EngineOptions {
   std::string model;               // path, HF directory or synth:NAME
   std::string backend = "auto";    // auto (cuda, else cpu, else reference) | reference | cpu | cuda
-  std::string kernels = "auto";    // cuda: auto (= megakernel) | megakernel | per-op
+  std::string kernels = "auto";    // cuda: auto (= megakernel) | megakernel | per-phase | per-op
   bool cuda_graphs = true;         // cuda: capture each step shape once and replay it
   int n_ctx = 0;                   // 0: the smaller of the model's training context and 4096
   int threads = 0;  // CPU threads for the whole process; 0: one per CPU it started on

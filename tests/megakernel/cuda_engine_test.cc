@@ -1,9 +1,9 @@
 // The cuda backend end to end against the reference: logits of the transformers fixtures (f32
 // weights: fp32 math, within 1e-3 of the largest logit), every tiny synthetic shape (q8_0, int8
 // activations: a looser stated bound), greedy agreement for 64 steps with near-ties reported,
-// a 4-row verify step against four single steps, DeltaNet rollback, per-op mode against the
-// megakernel, and the bench's phase timeline. GPU suite: skips with a message where no CUDA
-// device is usable.
+// a 4-row verify step against four single steps, DeltaNet rollback, per-phase and per-op mode
+// against the megakernel, and the bench's phase timeline. GPU suite: skips with a message where no
+// CUDA device is usable.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -271,22 +271,40 @@ TEST(CudaRunnerTest, PhaseTimelineStampsEveryPhaseInOrder) {
   ASSERT_TRUE(gpu->set_timeline(false).ok());
 }
 
-// Per-op mode runs the same device code one phase per launch: identical logits; graphs change
+// Per-phase mode runs the megakernel's phases one ordinary launch each, per-op mode the same
+// device functions one operation per ordinary launch, with the rows a phase keeps in shared memory
+// passed through global memory: identical logits for 8-row, 4-row and 1-row steps; graphs change
 // nothing either.
-TEST(CudaRunnerTest, PerOpModeAndGraphsGiveIdenticalLogits) {
+TEST(CudaRunnerTest, PerPhaseAndPerOpModesAndGraphsGiveIdenticalLogits) {
   SKIP_WITHOUT_GPU();
   for (const char* shape : kTinyShapes) {
-    auto mega = Load(std::string("synth:") + shape, "cuda", "megakernel");
-    auto per_op = Load(std::string("synth:") + shape, "cuda", "per-op");
-    ASSERT_TRUE(mega && per_op);
+    const std::string model = std::string("synth:") + shape;
+    auto mega = Load(model, "cuda", "megakernel");
+    ASSERT_NE(mega, nullptr);
     const auto tokens = RandomTokens(11, mega->hparams().n_vocab, 16);
-    std::vector<float> a, b, c;
-    ASSERT_TRUE(mega->NewSession()->Prefill(tokens, true, &a).ok());
-    ASSERT_TRUE(per_op->NewSession()->Prefill(tokens, true, &b).ok());
+    // Prefill (rows 0-7, then 8-10 on the 4-row kernels), then two single-row steps.
+    auto run = [&](Engine& e, std::vector<float>* out) {
+      auto s = e.NewSession();
+      std::vector<float> step;
+      ASSERT_TRUE(s->Prefill(tokens, true, out).ok());
+      for (int32_t t : {3, 5}) {
+        ASSERT_TRUE(s->Decode(t, &step).ok());
+        out->insert(out->end(), step.begin(), step.end());
+      }
+    };
+    std::vector<float> want;
+    run(*mega, &want);
+    for (const char* kernels : {"per-phase", "per-op"}) {
+      auto other = Load(model, "cuda", kernels);
+      ASSERT_NE(other, nullptr);
+      std::vector<float> got;
+      run(*other, &got);
+      EXPECT_EQ(got, want) << shape << " " << kernels;
+    }
     mega->gpu()->set_graphs(false);
-    ASSERT_TRUE(mega->NewSession()->Prefill(tokens, true, &c).ok());
-    EXPECT_EQ(a, b) << shape;
-    EXPECT_EQ(a, c) << shape;
+    std::vector<float> direct;
+    run(*mega, &direct);
+    EXPECT_EQ(direct, want) << shape << " without graphs";
   }
 }
 

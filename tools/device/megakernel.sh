@@ -37,10 +37,10 @@ if [[ $stages == *" sanitize "* ]]; then
   done
 fi
 if [[ $stages == *" profile "* ]]; then
-  # Per-op mode, one decode step: each kernel is one phase, in launch order.
+  # Per-phase mode, one decode step: each kernel is one phase, in launch order.
   ncu --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum \
     --launch-skip ${PROFILE_SKIP:-1400} --launch-count ${PROFILE_COUNT:-436} --csv \
-    ./build-dev/tools/tandem run -m ${PROFILE_MODEL:-synth:qwen3-30b-a3b} --backend cuda --kernels per-op \
+    ./build-dev/tools/tandem run -m ${PROFILE_MODEL:-synth:qwen3-30b-a3b} --backend cuda --kernels per-phase \
     --no-cuda-graphs -p "hi" -n 6 --temp 0 > "$out/profile.csv" 2> "$out/profile.err"
   echo "profile rc=$? lines $(wc -l < "$out/profile.csv")"; tail -3 "$out/profile.err"
 fi

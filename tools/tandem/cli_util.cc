@@ -60,8 +60,11 @@ void AddEngineFlags(CLI::App* cmd, engine::EngineOptions* options) {
       ->capture_default_str();
   cmd->add_option("--kernels", options->kernels,
                   "cuda: auto (= megakernel), megakernel (one persistent cooperative launch per "
-                  "layer half) or per-op (one ordinary launch per operation, same math; for "
-                  "measuring the megakernel's gain)")
+                  "layer half), per-phase (the megakernel's phases, one ordinary launch each: "
+                  "what its grid barriers cost) or per-op (one ordinary launch per operation: "
+                  "norm, quantisation, each matrix product, RoPE, attention, routing...). All "
+                  "three give the same logits; the last two exist to measure the megakernel's "
+                  "gain")
       ->capture_default_str();
   cmd->add_flag("!--no-cuda-graphs", options->cuda_graphs,
                 "cuda: launch kernels directly instead of replaying a captured CUDA graph per step");

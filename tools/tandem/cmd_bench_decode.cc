@@ -1,6 +1,6 @@
 // `tandem bench decode --backend cuda --json FILE`: decode speed of the CUDA backend against the
 // card's own ceiling, measured in the same run (device-to-device copy bandwidth). For each model
-// and context: B=1 greedy decode in megakernel mode and in per-op mode, and a B=4 verify step,
+// and context: B=1 greedy decode in megakernel, per-phase and per-op mode, and a B=4 verify step,
 // each timed over many steps after a warm-up. `--backend cpu`: B=1 greedy decode of the cpu
 // backend against the host's streaming read bandwidth with as many threads as the pool, measured
 // right before and right after each timed run. Not a test: it reports ratios, it asserts nothing.
@@ -324,14 +324,17 @@ int BenchDecode(const Options& o, const engine::EngineOptions& base,
       run["model"] = model;
       run["context"] = ctx;
       run["weight_bytes_per_token"] = wbytes;
-      for (auto mode : {megakernel::KernelMode::kMegakernel, megakernel::KernelMode::kPerOp}) {
+      for (auto mode : {megakernel::KernelMode::kMegakernel, megakernel::KernelMode::kPerPhase,
+                        megakernel::KernelMode::kPerOp}) {
         gpu.set_mode(mode);
         const bool mega = mode == megakernel::KernelMode::kMegakernel;
         auto t1 = TimeSteps(gpu, 1, ctx, o.steps, rng, vocab);
         if (!t1.ok()) {
           return BenchFail(t1.status());
         }
-        const std::string p = mega ? "" : "per_op_";
+        const std::string p = mega                                        ? ""
+                              : mode == megakernel::KernelMode::kPerPhase ? "per_phase_"
+                                                                          : "per_op_";
         run[p + "ms_per_token"] = *t1 * 1e3;
         run[p + "tok_s"] = 1.0 / *t1;
         run[p + "bandwidth_ratio"] = static_cast<double>(wbytes) / *t1 / (hbm * 1e9);
@@ -361,10 +364,11 @@ int BenchDecode(const Options& o, const engine::EngineOptions& base,
       run["phase_us"] = phases;
       run["speedup_vs_per_op"] = run["per_op_ms_per_token"].get<double>() / run["ms_per_token"].get<double>();
       std::printf(
-          "%-28s ctx %6d: %8.1f tok/s  %.3f of HBM  per-op %8.1f tok/s (x%.2f)  verify4/decode1 "
-          "%.2f (bytes %.2f)  launches %d barriers %d\n",
+          "%-28s ctx %6d: %8.1f tok/s  %.3f of HBM  per-op %8.1f tok/s (x%.2f, %d launches)  "
+          "per-phase %8.1f tok/s  verify4/decode1 %.2f (bytes %.2f)  launches %d barriers %d\n",
           model.c_str(), ctx, run["tok_s"].get<double>(), run["bandwidth_ratio"].get<double>(),
           run["per_op_tok_s"].get<double>(), run["speedup_vs_per_op"].get<double>(),
+          run["per_op_launches_per_token"].get<int>(), run["per_phase_tok_s"].get<double>(),
           run["verify4_over_decode1"].get<double>(),
           run["verify4_bytes_over_decode1"].get<double>(), run["launches_per_token"].get<int>(),
           run["barriers_per_token"].get<int>());
@@ -396,7 +400,8 @@ void RegisterBenchDecode(CLI::App& app, int* exit_code) {
   CLI::App* dec = bench->add_subcommand(
       "decode",
       "Decode speed against the machine's measured ceiling (not a test). cuda: tok/s and fraction "
-      "of HBM copy bandwidth, megakernel vs per-op, verify B=4 vs B=1. cpu: tok/s and fraction of "
+      "of HBM copy bandwidth, megakernel vs per-op (and per-phase), verify B=4 vs B=1. cpu: tok/s "
+      "and fraction of "
       "the host's streaming read bandwidth");
   dec->add_option("-m,--model", options->models, "Models to time (repeatable)")->capture_default_str();
   dec->add_option("--contexts", options->contexts,
