@@ -15,7 +15,7 @@
 
 namespace tandem::megakernel {
 
-struct MoeMailbox;  // megakernel/mailbox.h
+struct MoeMailbox;  // offload/mailbox.h
 
 // Rows of one step: 1 for plain decode, 2..8 for speculative verify (and prefill chunks).
 inline constexpr int kMaxRows = 8;

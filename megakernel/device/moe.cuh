@@ -9,7 +9,7 @@
 #include <cuda/atomic>
 
 #include "megakernel/device/matvec.cuh"
-#include "megakernel/mailbox.h"
+#include "offload/mailbox.h"
 
 namespace tandem::megakernel {
 

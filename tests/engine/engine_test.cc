@@ -44,6 +44,19 @@ TEST(EngineTest, GeneratesFromAnHfDirectoryWithATokenizer) {
   EXPECT_EQ(session->stats().decode_steps, 1);
 }
 
+// --kernels names one of the CUDA backend's launch modes; a misspelt one is refused with the
+// choices, before any weight is read.
+TEST(EngineTest, RefusesUnknownKernelModes) {
+  EngineOptions o;
+  o.model = kHfDir;
+  o.kernels = "per-layer";
+  auto e = Engine::Load(o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(e.status().message().find("unknown --kernels 'per-layer'"), std::string::npos);
+  EXPECT_NE(e.status().message().find("megakernel, per-phase or per-op"), std::string::npos);
+}
+
 TEST(EngineTest, RefusesUnknownOrMissingBackends) {
   EngineOptions o;
   o.model = kHfDir;

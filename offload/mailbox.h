@@ -1,7 +1,9 @@
 // The GPU<->CPU meeting point of one MoE layer: a struct in pinned, mapped host memory through
 // which the MoE megakernel publishes the (row, expert, weight) jobs of experts that are not on the
-// card, with the normed rows they need, and waits for the CPU's partial sum. The host side
-// (allocation, the CPU pool's service loop) lives in offload/. C++17 (included from .cu files).
+// card, with the normed rows they need, and waits for the CPU's partial sum. Only the layout and
+// the device side exist so far: nothing on the host allocates a mailbox or serves it yet (that is
+// the experts-offload work), so MoeArgs::mailbox stays null and every expert must be resident.
+// C++17 (included from .cu files).
 //
 // Protocol, one layer of one step (sequence numbers only grow; each flag has one writer):
 //   GPU (block 0):  writes jobs, n_jobs, rows; __threadfence_system(); st.release.sys posted = seq
