@@ -20,6 +20,20 @@ __device__ __forceinline__ ActSet OpActs(const Scratch& s, int i, int n, int col
   return CarveActs(cursor, n, cols, fp32, x);
 }
 
+// The first two operations of each half and of the head, on one block: RMSNorm(rows of src) * w
+// into op_act[0]'s fp32 rows, then those rows as int8 blocks.
+__device__ __forceinline__ void NormOp(const Scratch& s, const float* src, int n, int cols,
+                                       const float* w, float eps) {
+  float* xs;
+  OpActs(s, 0, n, cols, true, &xs);
+  NormRows(src, cols, n, cols, w, eps, xs);
+}
+__device__ __forceinline__ void QuantizeOp(const Scratch& s, int n, int cols) {
+  float* xs;
+  const ActSet a = OpActs(s, 0, n, cols, true, &xs);
+  QuantizeRows(xs, cols, n, a);
+}
+
 // Runs the one product out (op)= m · a over the grid.
 template <int R>
 __device__ __forceinline__ void RunOneJob(const ActSet& a, const Matrix& m, unsigned mask,
@@ -41,14 +55,11 @@ __device__ void MixerOpBody(const MixerArgs& A, MixerOp op, int arg, uint8_t* sm
   float* xs;
   switch (op) {
     case MixerOp::kNorm:
-      OpActs(A.s, 0, B, H, true, &xs);
-      NormRows(A.s.x, H, B, H, A.norm, D.rms_eps, xs);
+      NormOp(A.s, A.s.x, B, H, A.norm, D.rms_eps);
       break;
-    case MixerOp::kQuantize: {
-      const ActSet a = OpActs(A.s, 0, B, H, true, &xs);
-      QuantizeRows(xs, H, B, a);
+    case MixerOp::kQuantize:
+      QuantizeOp(A.s, B, H);
       break;
-    }
     case MixerOp::kProject: {
       const ActSet a = OpActs(A.s, 0, B, H, true, &xs);
       int n = 0;
@@ -108,14 +119,11 @@ __device__ void MoeOpBody(const MoeArgs& A, MoeOp op, uint8_t* smem) {
   float* xs;
   switch (op) {
     case MoeOp::kNorm:
-      OpActs(A.s, 0, B, H, true, &xs);
-      NormRows(A.s.x, H, B, H, A.norm, D.rms_eps, xs);
+      NormOp(A.s, A.s.x, B, H, A.norm, D.rms_eps);
       break;
-    case MoeOp::kQuantize: {
-      const ActSet a = OpActs(A.s, 0, B, H, true, &xs);
-      QuantizeRows(xs, H, B, a);
+    case MoeOp::kQuantize:
+      QuantizeOp(A.s, B, H);
       break;
-    }
     case MoeOp::kRouter:
       RunOneJob<R>(OpActs(A.s, 0, B, H, true, &xs), A.router, mask, A.s.router, D.n_expert);
       break;
@@ -176,14 +184,11 @@ __device__ void HeadOpBody(const HeadArgs& A, HeadOp op) {
   float* xs;
   switch (op) {
     case HeadOp::kNorm:
-      OpActs(A.s, 0, n, H, true, &xs);
-      NormRows(A.s.x + static_cast<int64_t>(A.in->logits_row0) * H, H, n, H, A.norm, D.rms_eps, xs);
+      NormOp(A.s, A.s.x + static_cast<int64_t>(A.in->logits_row0) * H, n, H, A.norm, D.rms_eps);
       break;
-    case HeadOp::kQuantize: {
-      const ActSet a = OpActs(A.s, 0, n, H, true, &xs);
-      QuantizeRows(xs, H, n, a);
+    case HeadOp::kQuantize:
+      QuantizeOp(A.s, n, H);
       break;
-    }
     case HeadOp::kLogits:
       RunOneJob<R>(OpActs(A.s, 0, n, H, true, &xs), A.output, RowMask(n), A.s.logits, D.n_vocab);
       break;
