@@ -13,25 +13,56 @@ namespace tandem::megakernel {
 
 // Activation set i of per-op mode: n rows of `cols`, laid out as CarveActs lays out shared
 // memory, in Scratch::op_act[i]. Every operation that names the same (i, n, cols) finds the same
-// arrays.
+// arrays; *x (when asked) gets the fp32 rows, which only the operations that write them need.
 __device__ __forceinline__ ActSet OpActs(const Scratch& s, int i, int n, int cols, bool fp32,
-                                         float** x) {
+                                         float** x = nullptr) {
   uint8_t* cursor = s.op_act[i];
-  return CarveActs(cursor, n, cols, fp32, x);
+  float* unused;
+  return CarveActs(cursor, n, cols, fp32, x != nullptr ? x : &unused);
 }
 
-// The first two operations of each half and of the head, on one block: RMSNorm(rows of src) * w
-// into op_act[0]'s fp32 rows, then those rows as int8 blocks.
+// The normed input rows of a half or of the head: op_act[0] with its fp32 copy.
+__device__ __forceinline__ ActSet InputActs(const Scratch& s, int n, int cols) {
+  return OpActs(s, 0, n, cols, true);
+}
+
+// The first operation of each half and of the head, on one block: RMSNorm(rows of src) * w into
+// InputActs' fp32 rows.
 __device__ __forceinline__ void NormOp(const Scratch& s, const float* src, int n, int cols,
                                        const float* w, float eps) {
   float* xs;
   OpActs(s, 0, n, cols, true, &xs);
   NormRows(src, cols, n, cols, w, eps, xs);
 }
-__device__ __forceinline__ void QuantizeOp(const Scratch& s, int n, int cols) {
-  float* xs;
-  const ActSet a = OpActs(s, 0, n, cols, true, &xs);
-  QuantizeRows(xs, cols, n, a);
+
+// The quantisation operations, on one block: the fp32 rows an activation set names (a.x) into
+// its int8 blocks. Each set below says once where its rows are, for its quantisation and for
+// the product that reads it.
+__device__ __forceinline__ void QuantizeActs(const ActSet& a, int n) {
+  QuantizeRows(a.x, a.cols, n, a);
+}
+
+// The output projection's input, in op_act[1]: the gated-normed DeltaNet rows (kGatedNorm writes
+// them there) or the attention output.
+__device__ __forceinline__ ActSet MixerOutActs(const MixerArgs& A, int n) {
+  const ModelDims& D = A.dims;
+  if (A.recurrent) return OpActs(A.s, 1, n, D.ssm_d_inner(), true);
+  ActSet a = OpActs(A.s, 1, n, D.n_head * D.head_dim, false);
+  a.x = A.s.mix;
+  return a;
+}
+
+// The shared expert's SwiGLU rows, and the chosen experts' (one per (expert, row) pair), as the
+// down projections' inputs in op_act[1].
+__device__ __forceinline__ ActSet SharedDownActs(const MoeArgs& A, int n) {
+  ActSet a = OpActs(A.s, 1, n, A.dims.n_ff_shexp, false);
+  a.x = A.s.sh_act;
+  return a;
+}
+__device__ __forceinline__ ActSet ExpertDownActs(const MoeArgs& A, int n_pairs) {
+  ActSet a = OpActs(A.s, 1, n_pairs, A.dims.n_ff_exp, false);
+  a.x = A.s.exp_act;
+  return a;
 }
 
 // Runs the one product out (op)= m · a over the grid.
@@ -50,18 +81,15 @@ __device__ void MixerOpBody(const MixerArgs& A, MixerOp op, int arg, uint8_t* sm
   const ModelDims& D = A.dims;
   const int B = A.in->n_rows, H = D.n_embd;
   const unsigned mask = RowMask(B);
-  // The output projection's input: the attention output, or the gated-normed DeltaNet output.
-  const int out_cols = A.recurrent ? D.ssm_d_inner() : D.n_head * D.head_dim;
-  float* xs;
   switch (op) {
     case MixerOp::kNorm:
       NormOp(A.s, A.s.x, B, H, A.norm, D.rms_eps);
       break;
     case MixerOp::kQuantize:
-      QuantizeOp(A.s, B, H);
+      QuantizeActs(InputActs(A.s, B, H), B);
       break;
     case MixerOp::kProject: {
-      const ActSet a = OpActs(A.s, 0, B, H, true, &xs);
+      const ActSet a = InputActs(A.s, B, H);
       int n = 0;
       ForEachInputProjection(A, [&](const Matrix& m, int offset) {
         if (n++ == arg) {
@@ -87,26 +115,23 @@ __device__ void MixerOpBody(const MixerArgs& A, MixerOp op, int arg, uint8_t* sm
     case MixerOp::kDeltaRule:
       DeltaNetRule(A, smem);
       break;
-    case MixerOp::kGatedNorm:
-      OpActs(A.s, 1, B, out_cols, true, &xs);
+    case MixerOp::kGatedNorm: {
+      float* xs;
+      OpActs(A.s, 1, B, D.ssm_d_inner(), true, &xs);  // MixerOutActs' rows
       GatedNormHeads(A, xs, GlobalWarp(), GridWarps());
       break;
-    case MixerOp::kOutQuantize: {
-      ActSet a = OpActs(A.s, 1, B, out_cols, A.recurrent != 0, &xs);
+    }
+    case MixerOp::kOutQuantize:
       if (!A.recurrent) {
         // Every merge is done (the previous launch), as in AttentionOutput.
         for (int i = threadIdx.x; i < B * D.n_head; i += kBlockThreads) A.s.chunks_done[i] = 0;
-        xs = A.s.mix;
       }
-      QuantizeRows(xs, out_cols, B, a);
+      QuantizeActs(MixerOutActs(A, B), B);
       break;
-    }
-    case MixerOp::kOutProject: {
-      ActSet a = OpActs(A.s, 1, B, out_cols, A.recurrent != 0, &xs);
-      if (!A.recurrent) a.x = A.s.mix;
-      RunOneJob<R>(a, A.recurrent ? A.dn.out : A.att.wo, mask, A.s.x, H, OutMode::kAdd);
+    case MixerOp::kOutProject:
+      RunOneJob<R>(MixerOutActs(A, B), A.recurrent ? A.dn.out : A.att.wo, mask, A.s.x, H,
+                   OutMode::kAdd);
       break;
-    }
   }
 }
 
@@ -116,57 +141,46 @@ __device__ void MoeOpBody(const MoeArgs& A, MoeOp op, uint8_t* smem) {
   const int B = A.in->n_rows, H = D.n_embd;
   const unsigned mask = RowMask(B);
   const RouteTable& routes = *reinterpret_cast<const RouteTable*>(A.s.routes);
-  float* xs;
   switch (op) {
     case MoeOp::kNorm:
       NormOp(A.s, A.s.x, B, H, A.norm, D.rms_eps);
       break;
     case MoeOp::kQuantize:
-      QuantizeOp(A.s, B, H);
+      QuantizeActs(InputActs(A.s, B, H), B);
       break;
     case MoeOp::kRouter:
-      RunOneJob<R>(OpActs(A.s, 0, B, H, true, &xs), A.router, mask, A.s.router, D.n_expert);
+      RunOneJob<R>(InputActs(A.s, B, H), A.router, mask, A.s.router, D.n_expert);
       break;
     case MoeOp::kSharedUp:
-      RunOneJob<R>(OpActs(A.s, 0, B, H, true, &xs), A.sh_gate, mask, A.s.sh_act, D.n_ff_shexp,
+      RunOneJob<R>(InputActs(A.s, B, H), A.sh_gate, mask, A.s.sh_act, D.n_ff_shexp,
                    OutMode::kSwiGlu, &A.sh_up);
       break;
     case MoeOp::kSharedGate:
-      RunOneJob<R>(OpActs(A.s, 0, B, H, true, &xs), A.sh_gate_inp, mask, A.s.sh_gate, 1);
+      RunOneJob<R>(InputActs(A.s, B, H), A.sh_gate_inp, mask, A.s.sh_gate, 1);
       break;
     case MoeOp::kRoute: {
-      OpActs(A.s, 0, B, H, true, &xs);
       RouteTable& rt = *reinterpret_cast<RouteTable*>(smem);
       RouteRows<R>(A, rt, smem + Align16(sizeof(RouteTable)));
-      PublishRoutes(A, rt, xs);
+      PublishRoutes(A, rt, InputActs(A.s, B, H).x);
       break;
     }
     case MoeOp::kExpertUp: {
-      const ActSet* act = PublishActs(0, OpActs(A.s, 0, B, H, true, &xs));
+      const ActSet* act = PublishActs(0, InputActs(A.s, B, H));
       __syncthreads();
       RunExpertUp<R>(A, routes, act, 0);
       break;
     }
-    case MoeOp::kSharedDownQuantize: {
-      ActSet sh = OpActs(A.s, 1, B, D.n_ff_shexp, false, &xs);
-      QuantizeRows(A.s.sh_act, D.n_ff_shexp, B, sh);
+    case MoeOp::kSharedDownQuantize:
+      QuantizeActs(SharedDownActs(A, B), B);
       break;
-    }
-    case MoeOp::kSharedDown: {
-      ActSet sh = OpActs(A.s, 1, B, D.n_ff_shexp, false, &xs);
-      sh.x = A.s.sh_act;
-      RunOneJob<R>(sh, A.sh_down, mask, A.s.sh_out, H);
+    case MoeOp::kSharedDown:
+      RunOneJob<R>(SharedDownActs(A, B), A.sh_down, mask, A.s.sh_out, H);
       break;
-    }
-    case MoeOp::kDownQuantize: {
-      const ActSet a = OpActs(A.s, 1, routes.n_pairs, D.n_ff_exp, false, &xs);
-      QuantizeRows(A.s.exp_act, D.n_ff_exp, routes.n_pairs, a);
+    case MoeOp::kDownQuantize:
+      QuantizeActs(ExpertDownActs(A, routes.n_pairs), routes.n_pairs);
       break;
-    }
     case MoeOp::kExpertDown: {
-      ActSet a = OpActs(A.s, 1, routes.n_pairs, D.n_ff_exp, false, &xs);
-      a.x = A.s.exp_act;
-      const ActSet* act = PublishActs(0, a);
+      const ActSet* act = PublishActs(0, ExpertDownActs(A, routes.n_pairs));
       __syncthreads();
       RunExpertDown<R>(A, routes, act);
       break;
@@ -181,16 +195,15 @@ template <int R>
 __device__ void HeadOpBody(const HeadArgs& A, HeadOp op) {
   const ModelDims& D = A.dims;
   const int n = A.in->n_logit_rows, H = D.n_embd;
-  float* xs;
   switch (op) {
     case HeadOp::kNorm:
       NormOp(A.s, A.s.x + static_cast<int64_t>(A.in->logits_row0) * H, n, H, A.norm, D.rms_eps);
       break;
     case HeadOp::kQuantize:
-      QuantizeOp(A.s, n, H);
+      QuantizeActs(InputActs(A.s, n, H), n);
       break;
     case HeadOp::kLogits:
-      RunOneJob<R>(OpActs(A.s, 0, n, H, true, &xs), A.output, RowMask(n), A.s.logits, D.n_vocab);
+      RunOneJob<R>(InputActs(A.s, n, H), A.output, RowMask(n), A.s.logits, D.n_vocab);
       break;
     case HeadOp::kBlockArgmax:
       HeadBlockArgmax(A);

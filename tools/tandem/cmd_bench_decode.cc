@@ -401,8 +401,7 @@ void RegisterBenchDecode(CLI::App& app, int* exit_code) {
       "decode",
       "Decode speed against the machine's measured ceiling (not a test). cuda: tok/s and fraction "
       "of HBM copy bandwidth, megakernel vs per-op (and per-phase), verify B=4 vs B=1. cpu: tok/s "
-      "and fraction of "
-      "the host's streaming read bandwidth");
+      "and fraction of the host's streaming read bandwidth");
   dec->add_option("-m,--model", options->models, "Models to time (repeatable)")->capture_default_str();
   dec->add_option("--contexts", options->contexts,
                   "Comma-separated context lengths to decode at (default: 512,16384 for cuda, "
