@@ -61,8 +61,8 @@ struct OpenOptions {
 // The --help text for MODEL arguments: the accepted forms and the synth:NAME?KEY=VALUE syntax.
 extern const char kModelSpecHelp[];
 
-// Opens "synth:NAME[?KEY=VALUE&...]" (keys: seed, expert_ff, quant, experts, shexp, dense, router,
-// embed, output; see kModelSpecHelp), a .gguf file or a Hugging Face directory.
+// Opens "synth:NAME[?KEY=VALUE&...]" (keys: seed, expert_ff, attention, quant, experts, shexp,
+// dense, router, embed, output; see kModelSpecHelp), a .gguf file or a Hugging Face directory.
 absl::StatusOr<std::unique_ptr<Model>> OpenModel(const std::string& spec,
                                                  const OpenOptions& options = {});
 

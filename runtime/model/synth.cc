@@ -5,6 +5,7 @@
 #include "runtime/model/synth.h"
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -418,6 +419,10 @@ std::string SourceName(const SynthPlan& plan, const SynthOptions& options) {
   std::string source = absl::StrCat("synth:", plan.shape->name);
   std::vector<std::string> params;
   if (options.expert_ff > 0) params.push_back(absl::StrCat("expert_ff=", options.expert_ff));
+  if (options.attention_heads > 0) {
+    params.push_back(absl::StrCat("attention=", options.attention_heads, "/",
+                                  options.attention_kv_heads, "/", options.attention_head_dim));
+  }
   if (!options.quant.empty()) params.push_back(absl::StrCat("quant=", options.quant));
   if (options.seed != kDefaultSynthSeed) params.push_back(absl::StrCat("seed=", options.seed));
   if (!params.empty()) absl::StrAppend(&source, "?", absl::StrJoin(params, "&"));
@@ -535,6 +540,19 @@ absl::Status ParseSynthSpec(std::string_view spec_view, std::string* shape, Synt
             absl::StrCat("synth spec: expert_ff \"", value, "\" is not a positive integer"));
       }
       options->expert_ff = ff;
+    } else if (key == "attention") {
+      const std::vector<std::string> parts = absl::StrSplit(value, '/');
+      int dims[3] = {0, 0, 0};
+      bool ok = parts.size() == 3;
+      for (size_t i = 0; ok && i < 3; ++i) ok = ParseWhole(parts[i], &dims[i]) && dims[i] > 0;
+      if (!ok) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("synth spec: attention \"", value,
+                         "\" is not HEADS/KV_HEADS/HEAD_DIM (e.g. 16/2/128)"));
+      }
+      options->attention_heads = dims[0];
+      options->attention_kv_heads = dims[1];
+      options->attention_head_dim = dims[2];
     } else if (key == "quant") {
       mix_parts.emplace_back(value);
     } else {
@@ -543,8 +561,8 @@ absl::Status ParseSynthSpec(std::string_view spec_view, std::string* shape, Synt
       if (!is_category) {
         return absl::InvalidArgumentError(
             absl::StrCat("synth spec: unknown key \"", key,
-                         "\" (keys: seed, expert_ff, quant, experts, shexp, dense, router, embed, "
-                         "output)"));
+                         "\" (keys: seed, expert_ff, attention, quant, experts, shexp, dense, "
+                         "router, embed, output)"));
       }
       mix_parts.emplace_back(param);
     }
@@ -567,6 +585,26 @@ absl::StatusOr<std::unique_ptr<SynthPlan>> PlanSynth(std::string_view shape_name
   plan->mix = shape->default_mix;
   plan->seed = options.seed;
   if (options.expert_ff > 0) plan->hparams.n_ff_exp = options.expert_ff;
+  if (options.attention_heads > 0) {
+    HParams& hp = plan->hparams;
+    if (hp.rope_sections != std::array<int, 4>{}) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("synth ", shape->name,
+                       ": attention= cannot resize its heads (its M-RoPE sections are "
+                       "fixed for head_dim ",
+                       hp.head_dim, ")"));
+    }
+    const int64_t rotary = static_cast<int64_t>(options.attention_head_dim) * hp.n_rot;
+    if (rotary % hp.head_dim != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("synth ", shape->name, ": attention head_dim ", options.attention_head_dim,
+                       " cannot keep the shape's rotary share ", hp.n_rot, "/", hp.head_dim));
+    }
+    hp.n_rot = static_cast<int>(rotary / hp.head_dim);
+    hp.n_head = options.attention_heads;
+    hp.n_head_kv = options.attention_kv_heads;
+    hp.head_dim = options.attention_head_dim;
+  }
   TANDEM_RETURN_IF_ERROR(ApplyQuantMix(options.quant, &plan->mix));
   TANDEM_RETURN_IF_ERROR(plan->hparams.Validate());
   plan->map = TensorMap(plan->hparams);

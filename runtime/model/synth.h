@@ -60,6 +60,10 @@ struct SynthOptions {
   std::string quant;  // overrides on the shape's default mix ("experts=q4_k,dense=q8_0")
   uint64_t seed = kDefaultSynthSeed;
   int64_t expert_ff = 0;  // > 0: the routed experts' FFN width instead of the shape's
+  // > 0: the attention layers' query heads, KV heads and head width instead of the shape's (the
+  // rotary share of a head is kept), so that tests can reach the GPU's wide-head and full-team
+  // attention paths on a tiny model.
+  int attention_heads = 0, attention_kv_heads = 0, attention_head_dim = 0;
   uint64_t randomize_threshold = kDefaultRandomizeThreshold;
   ProgressFn progress;  // bytes generated so far, of the total
 };

@@ -181,7 +181,17 @@ TEST(SynthSpecTest, Parses) {
   ASSERT_TRUE(ParseSynthSpec("tiny-qwen3moe?expert_ff=256&experts=q4_k", &shape, &o4).ok());
   EXPECT_EQ(o4.expert_ff, 256);
 
+  SynthOptions o5;
+  ASSERT_TRUE(ParseSynthSpec("tiny-qwen3moe?attention=16/2/128", &shape, &o5).ok());
+  EXPECT_EQ(o5.attention_heads, 16);
+  EXPECT_EQ(o5.attention_kv_heads, 2);
+  EXPECT_EQ(o5.attention_head_dim, 128);
+
   SynthOptions o3;
+  EXPECT_FALSE(ParseSynthSpec("tiny-qwen3moe?attention=16/2", &shape, &o3).ok());
+  EXPECT_FALSE(ParseSynthSpec("tiny-qwen3moe?attention=16/0/128", &shape, &o3).ok());
+  EXPECT_FALSE(ParseSynthSpec("tiny-qwen3moe?attention=16/2/128/4", &shape, &o3).ok());
+  EXPECT_FALSE(ParseSynthSpec("tiny-qwen3moe?attention=a/b/c", &shape, &o3).ok());
   EXPECT_FALSE(ParseSynthSpec("tiny-qwen3moe?seed=x", &shape, &o3).ok());
   EXPECT_FALSE(ParseSynthSpec("tiny-qwen3moe?expert_ff=0", &shape, &o3).ok());
   EXPECT_FALSE(ParseSynthSpec("tiny-qwen3moe?expert_ff=-8", &shape, &o3).ok());
@@ -451,6 +461,26 @@ TEST(OpenModelTest, SynthSpecs) {
   EXPECT_EQ((*wide)->Find("blk.0.ffn_down_exps.weight")->dim(0), 256);
   EXPECT_EQ((*wide)->Find("blk.0.ffn_down_exps.weight")->type, GgmlType::kQ4_K);
   EXPECT_EQ((*wide)->source(), "synth:tiny-qwen3moe?expert_ff=256&quant=experts=q4_k");
+
+  // attention resizes the attention heads and keeps the rotary share of a head.
+  absl::StatusOr<std::unique_ptr<Model>> heads =
+      OpenModel("synth:tiny-qwen3next?attention=16/2/256", describe);
+  ASSERT_TRUE(heads.ok()) << heads.status();
+  EXPECT_EQ((*heads)->hparams().n_head, 16);
+  EXPECT_EQ((*heads)->hparams().n_head_kv, 2);
+  EXPECT_EQ((*heads)->hparams().head_dim, 256);
+  EXPECT_EQ((*heads)->hparams().n_rot, 64);  // a quarter of the head, as the shape's 16 of 64
+  EXPECT_EQ((*heads)->source(), "synth:tiny-qwen3next?attention=16/2/256");
+  absl::StatusOr<std::unique_ptr<Model>> full =
+      OpenModel("synth:tiny-qwen3moe?attention=16/2/128", describe);
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_EQ((*full)->hparams().n_rot, 128);
+  // Shapes whose rotary sections are fixed, and heads that break the model's rules, are refused.
+  absl::StatusOr<std::unique_ptr<Model>> sections =
+      OpenModel("synth:tiny-qwen35moe?attention=16/2/128", describe);
+  ASSERT_FALSE(sections.ok());
+  EXPECT_NE(std::string(sections.status().message()).find("M-RoPE"), std::string::npos);
+  EXPECT_FALSE(OpenModel("synth:tiny-qwen3moe?attention=16/3/128", describe).ok());
 
   absl::StatusOr<std::unique_ptr<Model>> bad = OpenModel("synth:nope");
   ASSERT_FALSE(bad.ok());
