@@ -271,6 +271,27 @@ __device__ __forceinline__ void WritePartial(const MixerArgs& A, int r, int h, i
   }
 }
 
+// Σ over the warp of 32 values per lane, transposed: lane i gets Σ over lanes of v[i]. 31 shuffles:
+// each step halves the values a lane keeps, swapping the half its partner keeps.
+template <int W>
+__device__ __forceinline__ void TransposeSumStep(float (&v)[32]) {
+  const bool upper = (Lane() & W) != 0;
+#pragma unroll
+  for (int i = 0; i < W; ++i) {
+    const float send = upper ? v[i] : v[i + W];
+    const float keep = upper ? v[i + W] : v[i];
+    v[i] = keep + __shfl_xor_sync(kFullMask, send, W);
+  }
+}
+__device__ __forceinline__ float TransposeSum32(float (&v)[32]) {
+  TransposeSumStep<16>(v);
+  TransposeSumStep<8>(v);
+  TransposeSumStep<4>(v);
+  TransposeSumStep<2>(v);
+  TransposeSumStep<1>(v);
+  return v[0];
+}
+
 // Attention phase 1, short contexts (teams of one head): one warp per (row, head, key chunk):
 // online softmax over the chunk's keys, writing (max, sum, unnormalised output) to the partials.
 // Keys go 32 at a time: each lane scores one key with independent 16-byte loads (no dependent round
@@ -344,19 +365,22 @@ __device__ void AttentionHeadPartials(const MixerArgs& A, const AttentionSplit& 
   }
 }
 
-// Attention phase 1, long contexts: one warp per (row, KV group, team of query heads, key chunk):
-// online softmax over the chunk's keys for each head of the team, writing (max, sum, unnormalised
-// output) per head to the partials. Keys go 32 at a time: each lane scores one key against every
-// head of the team, then the warp accumulates the 32 weighted value rows, lanes over head
-// dimensions. PL = head dimensions per lane (a power of two ≥ head_dim / 32). The team's queries
-// are staged in this warp's shared memory, so the score loop addresses every head at a constant
-// offset (per-head global pointers pushed it past 128 registers). With 8 heads a lane has two
-// 16-byte key loads in flight: four ran no faster and spilled more (session 8).
+// Attention phase 1, long contexts, head_dim > 128 (teams of 4 heads): one warp per (row, KV
+// group, team of query heads, key chunk): online softmax over the chunk's keys for each head of
+// the team, writing (max, sum, unnormalised output) per head to the partials. Keys go 32 at a
+// time: each lane scores one key against every head of the team, then the warp accumulates the 32
+// weighted value rows, lanes over head dimensions. PL = head dimensions per lane (8). The team's
+// queries are staged in this warp's shared memory, so the score loop addresses every head at a
+// constant offset (per-head global pointers pushed it past 128 registers). A lane keeps four
+// 16-byte key loads in flight. Teams of 8 heads (head_dim <= 128) score keys with lanes over head
+// dimensions instead (AttentionTeamPartialsLanesOverDims); the same scheme here, with 64
+// accumulators a lane, spilled 140 bytes (session 24).
 template <int PL>
 __device__ void AttentionTeamPartials(const MixerArgs& A, const AttentionSplit& S, uint8_t* smem) {
   constexpr int kHeads = HeadsPerWarp(PL);
+  static_assert(kHeads < 8, "8-head teams: AttentionTeamPartialsLanesOverDims");
   constexpr int kStride = 32 * PL;  // floats per staged query head
-  constexpr int kKeyBatch = kHeads >= 8 ? 2 : 4;
+  constexpr int kKeyBatch = 4;
   static_assert(kHeads * kStride * 4 <= kAttentionBytesPerWarp, "");
   const ModelDims& D = A.dims;
   const int B = A.in->n_rows, hd = D.head_dim, nh = D.n_head, n_kv = D.n_head_kv;
@@ -450,16 +474,159 @@ __device__ void AttentionTeamPartials(const MixerArgs& A, const AttentionSplit& 
   }
 }
 
+// Attention phase 1, long contexts, head_dim <= 128 (teams of 8 heads): as AttentionTeamPartials,
+// but lanes run over head dimensions when scoring keys, so each key row is one coalesced load (a
+// lane per key loaded its row as dependent 16-byte pairs, each warp-wide load touching 32 rows 2
+// KB apart), and kGroupKeys keys x 8 heads meet in one transposed reduction. Out of line: inlined
+// beside the 4-head path it moved the whole mixer kernel's register allocation, and that path,
+// its code unchanged, lost 16 us a layer on flash-next-125b at 16k keys (sessions 24 and 25).
+template <int PL>
+__device__ __noinline__ void AttentionTeamPartialsLanesOverDims(const MixerArgs& A,
+                                                                const AttentionSplit& S,
+                                                                uint8_t* smem) {
+  constexpr int kHeads = HeadsPerWarp(PL);
+  static_assert(kHeads == 8, "");
+  constexpr int kStride = 32 * PL;          // floats per staged query head
+  constexpr int kGroupKeys = 32 / kHeads;   // keys of one transposed reduction
+  constexpr int kGroups = 32 / kGroupKeys;  // groups of a 32-key step
+  constexpr int kLoadKeys = 4;              // key (or value) rows loaded at once
+  static_assert(kGroupKeys % kLoadKeys == 0, "");
+  static_assert(kHeads * kStride * 4 <= kAttentionBytesPerWarp, "");
+  const ModelDims& D = A.dims;
+  const int B = A.in->n_rows, hd = D.head_dim, nh = D.n_head, n_kv = D.n_head_kv;
+  const int group = nh / n_kv;
+  const float scale = 1.0f / sqrtf(static_cast<float>(hd));
+  const int per_lane = hd / 32;
+  const int kv_dim = D.kv_dim();
+  float* q_smem = reinterpret_cast<float*>(smem + Warp() * kAttentionBytesPerWarp);
+  for (int it = GlobalWarp(); it < B * n_kv * S.teams * S.n_chunks; it += GridWarps()) {
+    const int c = it % S.n_chunks;
+    const int team = (it / S.n_chunks) % S.teams;
+    const int g = (it / (S.n_chunks * S.teams)) % n_kv;
+    const int r = it / (S.n_chunks * S.teams * n_kv);
+    const int h0 = g * group + team * S.heads;
+    const int n_heads = min(S.heads, group - team * S.heads);  // warp-uniform
+    const int n_keys = A.in->first_pos + r + 1;
+    const int k0 = c * S.chunk, k1 = min(n_keys, k0 + S.chunk);
+    StageQueries(A, r, h0, n_heads, kHeads, kStride, q_smem);
+    WaitNewKeys(A, r, g, k0, k1);
+    const float* k_base = A.att.k_cache + g * hd;
+    const float* v_base = A.att.v_cache + g * hd;
+    // o: this lane's dimensions of every head; m_lane, l_lane: head Lane() % kHeads's running max
+    // and this lane's share of its weight sum (its keys only, summed at the end).
+    float o[kHeads][PL], m_lane = -INFINITY, l_lane = 0;
+#pragma unroll
+    for (int h = 0; h < kHeads; ++h) {
+#pragma unroll
+      for (int t = 0; t < PL; ++t) o[h][t] = 0;
+    }
+    for (int j0 = k0; j0 < k1; j0 += 32) {
+      const int n = min(32, k1 - j0);
+      // Scores kGroupKeys keys x kHeads heads at a time: lanes over head dimensions (each key
+      // row a coalesced load), then one transposed reduction leaves (key kGroupKeys * t +
+      // Lane() / kHeads, head Lane() % kHeads) of group t in this lane's sc[t].
+      float sc[kGroups];
+#pragma unroll
+      for (int t = 0; t < kGroups; ++t) sc[t] = -INFINITY;
+#pragma unroll 1
+      for (int t = 0; t < kGroups; ++t) {
+        float part[32];
+#pragma unroll
+        for (int k4 = 0; k4 < kGroupKeys; k4 += kLoadKeys) {
+          float kv[kLoadKeys][PL];
+          LoadValueRows<kLoadKeys, PL>(k_base, kv_dim, j0, kGroupKeys * t + k4, n, per_lane, kv);
+#pragma unroll
+          for (int h = 0; h < kHeads; ++h) {
+#pragma unroll
+            for (int b = 0; b < kLoadKeys; ++b) {
+              float acc = 0;
+#pragma unroll
+              for (int u = 0; u < PL; ++u) {
+                if (u < per_lane) acc += kv[b][u] * q_smem[h * kStride + Lane() + 32 * u];
+              }
+              part[(k4 + b) * kHeads + h] = acc;
+            }
+          }
+        }
+        const float total = TransposeSum32(part);
+#pragma unroll
+        for (int u = 0; u < kGroups; ++u) sc[u] = u == t ? total : sc[u];
+      }
+      // Online softmax per head: this lane's head is Lane() % kHeads; its keys' maxima meet
+      // across the lanes of that head.
+      float mx = -INFINITY;
+#pragma unroll
+      for (int t = 0; t < kGroups; ++t) {
+        const bool valid = kGroupKeys * t + Lane() / kHeads < n;
+        sc[t] = valid ? sc[t] * scale : -INFINITY;
+        mx = fmaxf(mx, sc[t]);
+      }
+#pragma unroll
+      for (int o2 = kHeads; o2 < 32; o2 <<= 1) mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, o2));
+      const float m_new = fmaxf(m_lane, mx);  // key j0 is in the chunk: finite
+      const float corr = expf(m_lane - m_new);
+      float lsum = 0;
+#pragma unroll
+      for (int t = 0; t < kGroups; ++t) {
+        sc[t] = expf(sc[t] - m_new);  // from here on, the key's weight p (0 past the chunk)
+        lsum += sc[t];
+      }
+      l_lane = l_lane * corr + lsum;
+      m_lane = m_new;
+#pragma unroll
+      for (int h = 0; h < kHeads; ++h) {
+        const float ch = __shfl_sync(kFullMask, corr, h);  // lane h holds head h
+#pragma unroll
+        for (int u = 0; u < PL; ++u) o[h][u] *= ch;
+      }
+      // Value rows kLoadKeys at a time (LoadValueRows); the sum runs in key order.
+#pragma unroll 1
+      for (int t = 0; t < kGroups && kGroupKeys * t < n; ++t) {
+        float pt = sc[0];
+#pragma unroll
+        for (int u = 1; u < kGroups; ++u) pt = u == t ? sc[u] : pt;
+#pragma unroll
+        for (int k4 = 0; k4 < kGroupKeys; k4 += kLoadKeys) {
+          float vb[kLoadKeys][PL];
+          LoadValueRows<kLoadKeys, PL>(v_base, kv_dim, j0, kGroupKeys * t + k4, n, per_lane, vb);
+#pragma unroll
+          for (int b = 0; b < kLoadKeys; ++b) {
+#pragma unroll
+            for (int h = 0; h < kHeads; ++h) {
+              const float pj = __shfl_sync(kFullMask, pt, (k4 + b) * kHeads + h);
+#pragma unroll
+              for (int u = 0; u < PL; ++u) o[h][u] += pj * vb[b][u];
+            }
+          }
+        }
+      }
+    }
+    // The sum of each head's weights over its lanes' keys, then head h's max and sum from lane h.
+#pragma unroll
+    for (int o2 = kHeads; o2 < 32; o2 <<= 1) l_lane += __shfl_xor_sync(kFullMask, l_lane, o2);
+#pragma unroll
+    for (int h = 0; h < kHeads; ++h) {
+      const float m_h = __shfl_sync(kFullMask, m_lane, h);
+      const float l_h = __shfl_sync(kFullMask, l_lane, h);
+      if (h < n_heads) WritePartial(A, r, h0 + h, c, m_h, l_h, o[h]);
+    }
+    PublishChunks(A, r, h0, n_heads);
+  }
+}
+
 __device__ inline void AttentionChunks(const MixerArgs& A, uint8_t* smem) {
   const AttentionSplit S = SplitAttention(A);
   const bool teams = S.heads > 1;  // one head a warp also where a KV group is one head
   switch (DimsPerLane(A.dims.head_dim)) {
     case 1:
-      return teams ? AttentionTeamPartials<1>(A, S, smem) : AttentionHeadPartials<1>(A, S, smem);
+      return teams ? AttentionTeamPartialsLanesOverDims<1>(A, S, smem)
+                   : AttentionHeadPartials<1>(A, S, smem);
     case 2:
-      return teams ? AttentionTeamPartials<2>(A, S, smem) : AttentionHeadPartials<2>(A, S, smem);
+      return teams ? AttentionTeamPartialsLanesOverDims<2>(A, S, smem)
+                   : AttentionHeadPartials<2>(A, S, smem);
     case 4:
-      return teams ? AttentionTeamPartials<4>(A, S, smem) : AttentionHeadPartials<4>(A, S, smem);
+      return teams ? AttentionTeamPartialsLanesOverDims<4>(A, S, smem)
+                   : AttentionHeadPartials<4>(A, S, smem);
     default:
       return teams ? AttentionTeamPartials<8>(A, S, smem) : AttentionHeadPartials<8>(A, S, smem);
   }
@@ -469,27 +636,6 @@ __device__ inline void AttentionChunks(const MixerArgs& A, uint8_t* smem) {
 __device__ inline void AttentionPartials(const MixerArgs& A, uint8_t* smem) {
   NormRopeHeads(A);
   AttentionChunks(A, smem);
-}
-
-// Σ over the warp of 32 values per lane, transposed: lane i gets Σ over lanes of v[i]. 31 shuffles:
-// each step halves the values a lane keeps, swapping the half its partner keeps.
-template <int W>
-__device__ __forceinline__ void TransposeSumStep(float (&v)[32]) {
-  const bool upper = (Lane() & W) != 0;
-#pragma unroll
-  for (int i = 0; i < W; ++i) {
-    const float send = upper ? v[i] : v[i + W];
-    const float keep = upper ? v[i + W] : v[i];
-    v[i] = keep + __shfl_xor_sync(kFullMask, send, W);
-  }
-}
-__device__ __forceinline__ float TransposeSum32(float (&v)[32]) {
-  TransposeSumStep<16>(v);
-  TransposeSumStep<8>(v);
-  TransposeSumStep<4>(v);
-  TransposeSumStep<2>(v);
-  TransposeSumStep<1>(v);
-  return v[0];
 }
 
 // The end of attention phase 1: merge the chunks of each (row, head), apply the sigmoid output

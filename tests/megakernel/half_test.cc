@@ -2,15 +2,20 @@
 // layer of every tiny shape, 1 and 4 rows, consecutive calls so that later calls see the
 // attention/DeltaNet state the earlier ones left (attention layers up to 40 keys, two chunks).
 // Attention runs both ways: warps of one query head (the default at short contexts) and teams of a
-// KV group's heads (the default at long ones, forced here). Compared: the half's contribution
+// KV group's heads (the default at long ones, forced here). Two shapes resize their attention heads
+// (synth's attention=) to reach the paths the benchmark shapes run: 8 query heads of 128 per KV
+// head (qwen3-30b-a3b's teams of 8, lanes over head dimensions) and of 256 (flash-next-125b's teams
+// of 4). Compared: the half's contribution
 // (output minus input rows), normalised error. f32 weights: fp32 on both sides; q8_0: int8
 // activations on the GPU. GPU suite: skips with a message where no CUDA device is usable.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -43,8 +48,10 @@ TEST_P(LayerHalfTest, MatchesTheReferenceOnRandomStates) {
     GTEST_SKIP() << "GPU test skipped: " << why;
   }
   const auto& [shape, f32] = GetParam();
-  const std::string spec =
-      "synth:" + shape + (f32 ? "?quant=experts=f32,shexp=f32,dense=f32,embed=f32,output=f32" : "");
+  const std::string spec = "synth:" + shape +
+                           (f32 ? std::string(shape.find('?') == std::string::npos ? "?" : "&") +
+                                      "quant=experts=f32,shexp=f32,dense=f32,embed=f32,output=f32"
+                                : "");
   // Bounds on the normalised error of the half's contribution: fp32 against fp32 differs only in
   // summation order; q8_0 quantises the activations of every product to int8.
   const double bound = f32 ? 1e-4 : 0.1;
@@ -94,21 +101,27 @@ TEST_P(LayerHalfTest, MatchesTheReferenceOnRandomStates) {
               f32 ? "f32" : "q8_0", worst[0], worst[1]);
 }
 
-// One attention layer of tiny-qwen3moe (f32) to 2,240 keys, 8 rows a call: past 32 chunks per
-// (row, head), so the merge's lanes take chunks in more than one round, and past the point where
-// the team path runs by itself on a large GPU (8 rows × 2 KV heads × 70 key blocks fill half of
-// an H200's 2,112 warps). Every call is diffed against the reference.
-TEST(LongContextAttentionTest, MatchesTheReferencePastThirtyTwoChunks) {
+// The first attention layer of a tiny shape (f32) to 2,240 keys, 8 rows a call: past 32 chunks
+// per (row, head), so the merge's lanes take chunks in more than one round, and past the point
+// where the team path runs by itself on a large GPU (8 rows × 2 KV heads × 70 key blocks fill half
+// of an H200's 2,112 warps). Every call is diffed against the reference. Shapes: tiny-qwen3moe
+// (heads of 64, two to a KV head) and the two resized ones of LayerHalfTest.
+class LongContextAttentionTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(LongContextAttentionTest, MatchesTheReferencePastThirtyTwoChunks) {
   if (const std::string why = CudaUnavailableReason(); !why.empty()) {
     GTEST_SKIP() << "GPU test skipped: " << why;
   }
-  auto m = model::OpenModel(
-      "synth:tiny-qwen3moe?quant=experts=f32,shexp=f32,dense=f32,embed=f32,output=f32");
+  const std::string shape = GetParam();
+  auto m = model::OpenModel("synth:" + shape + (shape.find('?') == std::string::npos ? "?" : "&") +
+                            "quant=experts=f32,shexp=f32,dense=f32,embed=f32,output=f32");
   ASSERT_TRUE(m.ok()) << m.status();
   const model::HParams& hp = (*m)->hparams();
   auto ref = reference::ReferenceForward::Create(**m);
   ASSERT_TRUE(ref.ok()) << ref.status();
-  constexpr int kRows = 8, kKeys = 2240, kLayer = 0;
+  int layer = 0;
+  while (hp.IsRecurrentLayer(layer)) ++layer;
+  constexpr int kRows = 8, kKeys = 2240;
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const size_t H = static_cast<size_t>(hp.n_embd);
@@ -124,26 +137,41 @@ TEST(LongContextAttentionTest, MatchesTheReferencePastThirtyTwoChunks) {
       std::vector<float> x(kRows * H);
       for (float& v : x) v = normal(rng);
       std::vector<float> want = x, got;
-      ASSERT_TRUE((*ref)->LayerHalf(kLayer, false, state, pos, kRows, want.data()).ok());
-      ASSERT_TRUE((*gpu)->RunLayerHalf(kLayer, false, x, kRows, pos, &got).ok());
+      ASSERT_TRUE((*ref)->LayerHalf(layer, false, state, pos, kRows, want.data()).ok());
+      ASSERT_TRUE((*gpu)->RunLayerHalf(layer, false, x, kRows, pos, &got).ok());
       const double e = NormalisedUpdateError(x, want, got);
       worst = std::max(worst, e);
-      ASSERT_LT(e, 1e-4) << "keys " << pos + kRows << (teams ? " teams" : "");
+      ASSERT_LT(e, 1e-4) << shape << " keys " << pos + kRows << (teams ? " teams" : "");
     }
-    std::printf("[long context%s] normalised error, worst: %.2e\n", teams ? ", teams" : "", worst);
+    std::printf("[%s, long context%s] normalised error, worst: %.2e\n", shape.c_str(),
+                teams ? ", teams" : "", worst);
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Synth, LayerHalfTest,
-    ::testing::Combine(::testing::Values("tiny-qwen3moe", "tiny-qwen3next", "tiny-qwen35moe",
-                                         "tiny-flash-next"),
-                       ::testing::Bool()),
-    [](const auto& info) {
-      std::string n = std::get<0>(info.param) + (std::get<1>(info.param) ? "_f32" : "_q8_0");
-      std::replace(n.begin(), n.end(), '-', '_');
-      return n;
-    });
+// A test name from a shape spec: letters and digits kept, everything else '_'.
+std::string SpecName(std::string n) {
+  for (char& c : n) {
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  }
+  return n;
+}
+
+constexpr const char* kWideHeads = "tiny-qwen3moe?attention=16/2/128";
+constexpr const char* kWiderHeads = "tiny-qwen3next?attention=16/2/256";
+
+INSTANTIATE_TEST_SUITE_P(Synth, LayerHalfTest,
+                         ::testing::Combine(::testing::Values("tiny-qwen3moe", "tiny-qwen3next",
+                                                              "tiny-qwen35moe", "tiny-flash-next",
+                                                              kWideHeads, kWiderHeads),
+                                            ::testing::Bool()),
+                         [](const auto& info) {
+                           return SpecName(std::get<0>(info.param) +
+                                           (std::get<1>(info.param) ? "_f32" : "_q8_0"));
+                         });
+
+INSTANTIATE_TEST_SUITE_P(Synth, LongContextAttentionTest,
+                         ::testing::Values("tiny-qwen3moe", kWideHeads, kWiderHeads),
+                         [](const auto& info) { return SpecName(info.param); });
 
 }  // namespace
 }  // namespace tandem::megakernel
