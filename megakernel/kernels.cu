@@ -50,15 +50,18 @@ __device__ __forceinline__ void AllowNextLaunch() {
 #endif
 }
 
-template <int R>
-__global__ void __launch_bounds__(kBlockThreads) MixerKernel(const __grid_constant__ MixerArgs args, int begin,
-                                                             int end) {
+// kRecurrent: the DeltaNet layers' kernel, else the attention layers'. Two kernels, not one with a
+// branch per phase: each layer kind's code and register allocation stay out of the other's (a
+// change to the delta rule moved attention phase times by 2-20 us, session 25).
+template <int R, bool kRecurrent>
+__global__ void __launch_bounds__(kBlockThreads)
+    MixerKernel(const __grid_constant__ MixerArgs args, int begin, int end) {
   extern __shared__ __align__(16) uint8_t smem[];
   WaitForPreviousLaunch();
   for (int p = begin; p < end; ++p) {
     if (p > begin) cg::this_grid().sync();
     Stamp(args.s.timeline, args.layer, 0, p);
-    MixerPhase<R>(args, p, smem);
+    MixerPhase<R, kRecurrent>(args, p, smem);
   }
   Stamp(args.s.timeline, args.layer, 0, end);
   AllowNextLaunch();
@@ -113,23 +116,28 @@ __global__ void __launch_bounds__(kBlockThreads) BarrierProbeKernel(int n_syncs)
 }
 
 template <int R>
-const void* KernelOfRows(Half half) {
+const void* KernelOfRows(Half half, bool recurrent) {
   switch (half) {
-    case Half::kMixer: return reinterpret_cast<const void*>(&MixerKernel<R>);
+    case Half::kMixer:
+      return recurrent ? reinterpret_cast<const void*>(&MixerKernel<R, true>)
+                       : reinterpret_cast<const void*>(&MixerKernel<R, false>);
     case Half::kMoe: return reinterpret_cast<const void*>(&MoeKernel<R>);
     case Half::kHead: return reinterpret_cast<const void*>(&HeadKernel<R>);
   }
   return nullptr;
 }
 
-// The kernel of one half for one of kRowsVariants.
-const void* KernelOf(Half half, int rows_variant) {
+// The kernel of one half for one of kRowsVariants; `recurrent` picks the mixer's DeltaNet kernel.
+const void* KernelOf(Half half, int rows_variant, bool recurrent = false) {
   static_assert(kNumRowsVariants == 3 && kRowsVariants[1] == 4 && kRowsVariants[2] == kMaxRows,
                 "KernelOf instantiates exactly kRowsVariants");
   switch (rows_variant) {
-    case 1: return KernelOfRows<1>(half);
-    case 4: return KernelOfRows<4>(half);
-    case kMaxRows: return KernelOfRows<kMaxRows>(half);
+    case 1:
+      return KernelOfRows<1>(half, recurrent);
+    case 4:
+      return KernelOfRows<4>(half, recurrent);
+    case kMaxRows:
+      return KernelOfRows<kMaxRows>(half, recurrent);
   }
   return nullptr;
 }
@@ -212,37 +220,48 @@ int PhaseCount(Half half, bool recurrent) {
   return 0;
 }
 
+// The mixer's attention and DeltaNet kernels share one grid: the smaller occupancy of the two.
 cudaError_t PrepareHalf(Half half, int rows_variant, int64_t smem, int max_blocks_per_sm,
                         LaunchShape* shape) {
-  const void* kernel = KernelOf(half, rows_variant);
-  if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(smem));
-      e != cudaSuccess) {
-    return e;
-  }
-  if (cudaError_t e = PrepareOps(half, rows_variant, smem); e != cudaSuccess) return e;
-  int device = 0, sms = 0, per_sm = 0;
+  int device = 0, sms = 0, per_sm = max_blocks_per_sm;
   if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
   if (cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
       e != cudaSuccess) {
     return e;
   }
-  if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kBlockThreads,
-                                                                    static_cast<size_t>(smem));
-      e != cudaSuccess) {
-    return e;
+  for (const bool recurrent : {false, true}) {
+    if (recurrent && half != Half::kMixer) break;
+    const void* kernel = KernelOf(half, rows_variant, recurrent);
+    if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(smem));
+        e != cudaSuccess) {
+      return e;
+    }
+    int fits = 0;
+    if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fits, kernel, kBlockThreads,
+                                                                      static_cast<size_t>(smem));
+        e != cudaSuccess) {
+      return e;
+    }
+    per_sm = std::min(per_sm, fits);
   }
+  if (cudaError_t e = PrepareOps(half, rows_variant, smem); e != cudaSuccess) return e;
   if (per_sm == 0) return cudaErrorInvalidConfiguration;
-  shape->grid = sms * (per_sm < max_blocks_per_sm ? per_sm : max_blocks_per_sm);
+  shape->grid = sms * per_sm;
   shape->smem = smem;
   return cudaSuccess;
 }
 
 cudaError_t MaxDynamicSmem(Half half, int rows_variant, int64_t* bytes) {
-  cudaFuncAttributes attributes;
-  if (cudaError_t e = cudaFuncGetAttributes(&attributes, KernelOf(half, rows_variant));
-      e != cudaSuccess) {
-    return e;
+  int64_t kernel_static = 0;  // the larger of the mixer's two kernels
+  for (const bool recurrent : {false, true}) {
+    if (recurrent && half != Half::kMixer) break;
+    cudaFuncAttributes attributes;
+    if (cudaError_t e = cudaFuncGetAttributes(&attributes, KernelOf(half, rows_variant, recurrent));
+        e != cudaSuccess) {
+      return e;
+    }
+    kernel_static = std::max(kernel_static, static_cast<int64_t>(attributes.sharedSizeBytes));
   }
   int64_t op_static = 0;  // per-op mode's kernel of this half
   if (cudaError_t e = OpsStaticSmem(half, rows_variant, &op_static); e != cudaSuccess) return e;
@@ -253,16 +272,16 @@ cudaError_t MaxDynamicSmem(Half half, int rows_variant, int64_t* bytes) {
       e != cudaSuccess) {
     return e;
   }
-  *bytes = static_cast<int64_t>(optin) -
-           std::max(static_cast<int64_t>(attributes.sharedSizeBytes), op_static);
+  *bytes = static_cast<int64_t>(optin) - std::max(kernel_static, op_static);
   return cudaSuccess;
 }
 
 cudaError_t LaunchMixer(const MixerArgs& args, int rows_variant, KernelMode mode,
                         const LaunchShape& shape, cudaStream_t stream) {
   if (mode == KernelMode::kPerOp) return LaunchMixerOps(args, rows_variant, shape, stream);
-  return LaunchPhases(KernelOf(Half::kMixer, rows_variant), args,
-                      PhaseCount(Half::kMixer, args.recurrent != 0), mode, shape, stream);
+  const bool recurrent = args.recurrent != 0;
+  return LaunchPhases(KernelOf(Half::kMixer, rows_variant, recurrent), args,
+                      PhaseCount(Half::kMixer, recurrent), mode, shape, stream);
 }
 
 cudaError_t LaunchMoe(const MoeArgs& args, int rows_variant, KernelMode mode,

@@ -857,9 +857,11 @@ __device__ void DeltaNetOutput(const MixerArgs& A, uint8_t* smem) {
   RunJobs<R>(Plan().job, 1);
 }
 
-template <int R>
+// Phase `phase` of a mixer layer; kRecurrent: a DeltaNet layer (A.recurrent), else attention.
+// Each layer kind has its own kernel (kernels.cu), so that neither carries the other's code.
+template <int R, bool kRecurrent>
 __device__ void MixerPhase(const MixerArgs& A, int phase, uint8_t* smem) {
-  if (A.recurrent) {
+  if constexpr (kRecurrent) {
     switch (phase) {
       case 0: MixerProjections<R>(A, smem); break;
       case 1:
