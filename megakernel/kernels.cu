@@ -142,6 +142,15 @@ const void* KernelOf(Half half, int rows_variant, bool recurrent = false) {
   return nullptr;
 }
 
+// The kernels a half launches in megakernel and per-phase mode, into `kernels`; returns how many:
+// the mixer's attention and DeltaNet kernels, one kernel for the other halves.
+int HalfKernels(Half half, int rows_variant, const void* (&kernels)[2]) {
+  kernels[0] = KernelOf(half, rows_variant, false);
+  if (half != Half::kMixer) return 1;
+  kernels[1] = KernelOf(half, rows_variant, true);
+  return 2;
+}
+
 // Whether the current device takes programmatic dependent launches (compute capability 9.0+),
 // asked once per device: one process may drive cards of different generations.
 bool DeviceHasPdl() {
@@ -229,9 +238,10 @@ cudaError_t PrepareHalf(Half half, int rows_variant, int64_t smem, int max_block
       e != cudaSuccess) {
     return e;
   }
-  for (const bool recurrent : {false, true}) {
-    if (recurrent && half != Half::kMixer) break;
-    const void* kernel = KernelOf(half, rows_variant, recurrent);
+  const void* kernels[2];
+  const int n_kernels = HalfKernels(half, rows_variant, kernels);
+  for (int i = 0; i < n_kernels; ++i) {
+    const void* kernel = kernels[i];
     if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              static_cast<int>(smem));
         e != cudaSuccess) {
@@ -254,11 +264,11 @@ cudaError_t PrepareHalf(Half half, int rows_variant, int64_t smem, int max_block
 
 cudaError_t MaxDynamicSmem(Half half, int rows_variant, int64_t* bytes) {
   int64_t kernel_static = 0;  // the larger of the mixer's two kernels
-  for (const bool recurrent : {false, true}) {
-    if (recurrent && half != Half::kMixer) break;
+  const void* kernels[2];
+  const int n_kernels = HalfKernels(half, rows_variant, kernels);
+  for (int i = 0; i < n_kernels; ++i) {
     cudaFuncAttributes attributes;
-    if (cudaError_t e = cudaFuncGetAttributes(&attributes, KernelOf(half, rows_variant, recurrent));
-        e != cudaSuccess) {
+    if (cudaError_t e = cudaFuncGetAttributes(&attributes, kernels[i]); e != cudaSuccess) {
       return e;
     }
     kernel_static = std::max(kernel_static, static_cast<int64_t>(attributes.sharedSizeBytes));

@@ -43,15 +43,19 @@ double NormalisedUpdateError(const std::vector<float>& x, const std::vector<floa
   return std::sqrt(err / norm);
 }
 
+// "synth:" + shape, with every weight f32 when asked (shape may carry options of its own).
+std::string SynthSpec(const std::string& shape, bool f32) {
+  if (!f32) return "synth:" + shape;
+  return "synth:" + shape + (shape.find('?') == std::string::npos ? "?" : "&") +
+         "quant=experts=f32,shexp=f32,dense=f32,embed=f32,output=f32";
+}
+
 TEST_P(LayerHalfTest, MatchesTheReferenceOnRandomStates) {
   if (const std::string why = CudaUnavailableReason(); !why.empty()) {
     GTEST_SKIP() << "GPU test skipped: " << why;
   }
   const auto& [shape, f32] = GetParam();
-  const std::string spec = "synth:" + shape +
-                           (f32 ? std::string(shape.find('?') == std::string::npos ? "?" : "&") +
-                                      "quant=experts=f32,shexp=f32,dense=f32,embed=f32,output=f32"
-                                : "");
+  const std::string spec = SynthSpec(shape, f32);
   // Bounds on the normalised error of the half's contribution: fp32 against fp32 differs only in
   // summation order; q8_0 quantises the activations of every product to int8.
   const double bound = f32 ? 1e-4 : 0.1;
@@ -113,8 +117,7 @@ TEST_P(LongContextAttentionTest, MatchesTheReferencePastThirtyTwoChunks) {
     GTEST_SKIP() << "GPU test skipped: " << why;
   }
   const std::string shape = GetParam();
-  auto m = model::OpenModel("synth:" + shape + (shape.find('?') == std::string::npos ? "?" : "&") +
-                            "quant=experts=f32,shexp=f32,dense=f32,embed=f32,output=f32");
+  auto m = model::OpenModel(SynthSpec(shape, true));
   ASSERT_TRUE(m.ok()) << m.status();
   const model::HParams& hp = (*m)->hparams();
   auto ref = reference::ReferenceForward::Create(**m);
