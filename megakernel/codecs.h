@@ -25,8 +25,9 @@ TANDEM_HD constexpr int SliceElems(int type) {
     case GgmlType::kQ5_K:
       return 64;
     case GgmlType::kQ6_K:
-    case GgmlType::kQ3_K:
       return 128;
+    case GgmlType::kQ3_K:
+      return 256;
     default:
       return 0;
   }

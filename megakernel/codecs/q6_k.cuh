@@ -1,7 +1,8 @@
-// Q6_K and Q3_K on the device: one lane takes half a 256-weight block (128 weights: four runs of
-// 32, each two 16-weight sub-blocks with their own signed scale), builds each run as int8 words
-// and applies it to every active row with dp4a. Their 210- and 110-byte blocks are only 2-byte
-// aligned, so words are assembled with LoadWordsWide. C++17, device only.
+// Q6_K and Q3_K on the device. A Q6_K lane takes half a 256-weight block (128 weights: four runs
+// of 32, each two 16-weight sub-blocks with their own signed scale); a Q3_K lane takes a whole
+// block (eight runs), since both halves share the block's high-bit mask and scales. Each run is
+// built as int8 words and applied to every active row with dp4a. The 210- and 110-byte blocks are
+// only 2-byte aligned, so words are assembled with LoadWordsWide. C++17, device only.
 #pragma once
 
 #include "megakernel/codecs/act.cuh"
@@ -85,37 +86,41 @@ __device__ __forceinline__ float BiasedScale(uint32_t w, int k) {
   return static_cast<float>(static_cast<int>((w >> (8 * k)) & 0xffu) - 32);
 }
 
+// A lane takes a whole block: loading it as one run of 28 words (8 chunks of 16 bytes for 110
+// bytes) reads the high-bit mask and the scales once, where two half-block lanes each loaded all of
+// them (16 chunks a block); and a row of 2,048 needs 8 lanes instead of 16, so flash-next-125b's
+// expert phases have half the units, each a load round trip and a reduction
+// (docs/perf/megakernel.md, session 26).
 struct CodecQ3K {
-  static constexpr int kSliceElems = 128;
+  static constexpr int kSliceElems = 256;
   template <int R>
   __device__ static void Dot(const uint8_t* row, int slice, const ActSet& a, unsigned mask,
                              int base, float (&acc)[R]) {
-    const int b = slice >> 1, h = slice & 1;
-    const uint8_t* blk = row + 110 * b;
-    uint32_t hm[8], qs[8], tail[4];  // tail: the 12 scale bytes, then d
-    LoadWordsWide<8>(blk, hm);
-    LoadWordsWide<8>(blk + 32 + 32 * h, qs);
-    LoadWordsWide<4>(blk + 96, tail);
-    const uint32_t sc[3] = {tail[0], tail[1], tail[2]};
-    const float d = HalfBitsToFloat(tail[3]);
-    uint32_t s03, s47;
-    Q3KHalfScales(sc, h, &s03, &s47);
+    uint32_t w[28];  // hmask (words 0..7), qs (8..23), the 12 scale bytes (24..26), then d
+    LoadWordsWide<28>(row + 110 * slice, w);
+    const uint32_t sc[3] = {w[24], w[25], w[26]};
+    const float d = HalfBitsToFloat(w[27]);
 #pragma unroll
-    for (int g = 0; g < 4; ++g) {
-      // Weight 128h + 32g + l: low bits (qs[l] >> 2g) & 3, high bit (hmask[l] >> (4h + g)) & 1;
-      // value = low + 4·high − 4: low itself where the high bit is set, else low − 4, which as
-      // a byte is low | 0xFC (low ≤ 3). Each clear high bit times 0xFC gives that byte without
-      // carries; no emulated __vsubss4.
-      uint32_t v[8];
+    for (int h = 0; h < 2; ++h) {
+      uint32_t s03, s47;
+      Q3KHalfScales(sc, h, &s03, &s47);
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const uint32_t low = (qs[j] >> (2 * g)) & 0x03030303u;
-        const uint32_t high_clear = (~hm[j] >> (4 * h + g)) & 0x01010101u;
-        v[j] = low | high_clear * 0xFCu;
+      for (int g = 0; g < 4; ++g) {
+        // Weight 128h + 32g + l: low bits (qs[32h + l] >> 2g) & 3, high bit
+        // (hmask[l] >> (4h + g)) & 1; value = low + 4·high − 4: low itself where the high bit is
+        // set, else low − 4, which as a byte is low | 0xFC (low ≤ 3). Each clear high bit times
+        // 0xFC gives that byte without carries; no emulated __vsubss4.
+        uint32_t v[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const uint32_t low = (w[8 + 8 * h + j] >> (2 * g)) & 0x03030303u;
+          const uint32_t high_clear = (~w[j] >> (4 * h + g)) & 0x01010101u;
+          v[j] = low | high_clear * 0xFCu;
+        }
+        const uint32_t sw = g < 2 ? s03 : s47;  // scales m = 2g, 2g + 1 of this half
+        DotRun16<R>(v, d * BiasedScale(sw, 2 * (g & 1)), d * BiasedScale(sw, 2 * (g & 1) + 1),
+                    8 * slice + 4 * h + g, a, mask, base, acc);
       }
-      const uint32_t sw = g < 2 ? s03 : s47;  // scales m = 2g, 2g + 1
-      DotRun16<R>(v, d * BiasedScale(sw, 2 * (g & 1)), d * BiasedScale(sw, 2 * (g & 1) + 1),
-                  8 * b + 4 * h + g, a, mask, base, acc);
     }
   }
 };

@@ -93,7 +93,7 @@ TEST(LaneSplitTest, GroupsCoverARowWithTheGivenSlicesPerLane) {
   EXPECT_EQ(GroupLanes(q4k, 2048, 4), 8);   // four a lane
   EXPECT_EQ(GroupLanes(q4k, 768), 16);      // 12 slices: 4 lanes idle
   EXPECT_EQ(GroupLanes(q4k, 768, 4), 4);    // three a lane, every lane busy
-  EXPECT_EQ(GroupLanes(q3k, 2048), 16);     // 16 slices of 128
+  EXPECT_EQ(GroupLanes(q3k, 2048), 8);      // 8 slices of 256 (whole blocks)
   EXPECT_EQ(GroupLanes(q8, 4096), 32);      // 128 slices: at most a warp
   EXPECT_EQ(GroupLanes(q8, 32), 1);
   EXPECT_EQ(MaxLaneSlices(q4k), 4);
