@@ -715,9 +715,22 @@ __device__ void AttentionOutput(const MixerArgs& A, uint8_t* smem) {
 
 __device__ __forceinline__ float Softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
+// Requests lines [p, p + bytes) into L1, the warp's lanes side by side.
+__device__ __forceinline__ void PrefetchSpanL1(const void* p, int64_t bytes) {
+  const uintptr_t first = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{127};
+  const uintptr_t end = reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(bytes);
+  for (uintptr_t line = first + 128u * static_cast<unsigned>(Lane()); line < end;
+       line += 32 * 128) {
+    PrefetchL1(reinterpret_cast<const void*>(line));
+  }
+}
+
 // DeltaNet phase 1: causal conv (state update) + SiLU per channel, rows in order; L2 norm of each
 // query/key head (queries also scaled by 1/sqrt(dk)). Warp per head of channels, the grid's first;
 // each row's head is published with a flag (HeadFlag, index = the item) for the delta rule.
+// The head's taps, conv state and inputs are requested into L1 first: the channel loop below
+// stores state between its loads, so its loads went out one channel at a time, four dependent
+// trips to memory a row that took 8.6 us of the phase's 20 (flash-next-125b, session 26).
 __device__ inline void DeltaNetConv(const MixerArgs& A) {
   const ModelDims& D = A.dims;
   const int B = A.in->n_rows, K = D.ssm_conv_kernel;
@@ -729,6 +742,11 @@ __device__ inline void DeltaNetConv(const MixerArgs& A) {
     const bool is_v = it >= 2 * n_k;
     const int c0 = is_v ? 2 * key_dim + (it - 2 * n_k) * dv : it * dk;
     const int width = is_v ? dv : dk;
+    PrefetchSpanL1(A.dn.conv + static_cast<int64_t>(c0) * K, int64_t{4} * width * K);
+    PrefetchSpanL1(A.dn.conv_state + static_cast<int64_t>(c0) * (K - 1),
+                   int64_t{4} * width * (K - 1));
+    for (int r = 0; r < B; ++r)
+      PrefetchSpanL1(A.s.proj + static_cast<int64_t>(r) * A.s.proj_stride + c0, 4 * width);
     for (int r = 0; r < B; ++r) {
       const float* xin = A.s.proj + static_cast<int64_t>(r) * A.s.proj_stride;
       float ss = 0;
@@ -765,6 +783,11 @@ __device__ inline void DeltaNetConv(const MixerArgs& A) {
 // the same phase (the conv phase and its barrier cost 6.7 us per DeltaNet layer on
 // flash-next-125b at 512 keys, 2026-11-30): for each row it waits for the flags of its q, k and v
 // heads (see HeadFlag), then stages q and k in the warp's shared memory, read through L2.
+// The warp's dk state lines are requested into L1 before it waits, and both passes over them
+// load kRuleBatch rows before using any: one row at a time, each pass was a chain of dk dependent
+// loads (the first 5.5 us, the second 4.6, flash-next-125b, session 26).
+inline constexpr int kRuleBatch = 8;
+
 __device__ inline void DeltaNetRule(const MixerArgs& A, uint8_t* smem) {
   const ModelDims& D = A.dims;
   const int B = A.in->n_rows;
@@ -778,6 +801,7 @@ __device__ inline void DeltaNetRule(const MixerArgs& A, uint8_t* smem) {
     const int j = it / col_chunks, vv = (it % col_chunks) * 32 + Lane();
     const int kh = D.ssm_tiled_heads ? j % n_k : j / rr;
     float* S = A.dn.ssm_state + static_cast<int64_t>(j) * dk * dv + vv;
+    for (int kk = Lane(); kk < dk; kk += 32) PrefetchL1(S - Lane() + static_cast<int64_t>(kk) * dv);
     for (int r = 0; r < B; ++r) {
       WaitCount(HeadFlag(A, r, kh), A.in->seq);
       WaitCount(HeadFlag(A, r, n_k + kh), A.in->seq);
@@ -803,17 +827,30 @@ __device__ inline void DeltaNetRule(const MixerArgs& A, uint8_t* smem) {
       const float beta = Sigmoid(b);
       const float decay = expf(A.dn.a[j] * Softplus(alpha + A.dn.dt_bias[j]));
       float kv = 0;
-      for (int kk = 0; kk < dk; ++kk) kv += (S[static_cast<int64_t>(kk) * dv] * decay) * k[kk];
+      for (int k0 = 0; k0 < dk; k0 += kRuleBatch) {  // dk: a multiple of 32 (plan.cc)
+        float sv[kRuleBatch];
+#pragma unroll
+        for (int u = 0; u < kRuleBatch; ++u) sv[u] = S[static_cast<int64_t>(k0 + u) * dv];
+#pragma unroll
+        for (int u = 0; u < kRuleBatch; ++u) kv += (sv[u] * decay) * k[k0 + u];
+      }
       const float delta = (v - kv) * beta;
       float o = 0;
       float* snap = (B > 1 && r < B - 1)
                         ? A.dn.ssm_snap + (static_cast<int64_t>(r) * n_v + j) * dk * dv + vv
                         : nullptr;
-      for (int kk = 0; kk < dk; ++kk) {
-        const float s = S[static_cast<int64_t>(kk) * dv] * decay + k[kk] * delta;
-        S[static_cast<int64_t>(kk) * dv] = s;
-        if (snap != nullptr) snap[static_cast<int64_t>(kk) * dv] = s;
-        o += s * q[kk];
+      for (int k0 = 0; k0 < dk; k0 += kRuleBatch) {
+        float sv[kRuleBatch];
+#pragma unroll
+        for (int u = 0; u < kRuleBatch; ++u) sv[u] = S[static_cast<int64_t>(k0 + u) * dv];
+#pragma unroll
+        for (int u = 0; u < kRuleBatch; ++u) {
+          const int64_t at = static_cast<int64_t>(k0 + u) * dv;
+          const float s = sv[u] * decay + k[k0 + u] * delta;
+          S[at] = s;
+          if (snap != nullptr) snap[at] = s;
+          o += s * q[k0 + u];
+        }
       }
       A.s.mix2[static_cast<int64_t>(r) * d_inner + j * dv + vv] = o;
     }
