@@ -715,66 +715,85 @@ __device__ void AttentionOutput(const MixerArgs& A, uint8_t* smem) {
 
 __device__ __forceinline__ float Softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
-// Requests lines [p, p + bytes) into L1, the warp's lanes side by side.
-__device__ __forceinline__ void PrefetchSpanL1(const void* p, int64_t bytes) {
-  const uintptr_t first = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{127};
-  const uintptr_t end = reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(bytes);
-  for (uintptr_t line = first + 128u * static_cast<unsigned>(Lane()); line < end;
-       line += 32 * 128) {
-    PrefetchL1(reinterpret_cast<const void*>(line));
-  }
-}
+// DeltaNet phase 1: causal conv (state update) + SiLU per channel, rows in order. Warp per head of
+// channels, the grid's first; each row's head is published with a flag (HeadFlag, index = the
+// item) for the delta rule, which takes the query and key heads' L2 norms. A lane holds
+// kConvLaneChannels channels at a time: their taps, state and inputs are all loaded before any is
+// used, and the state stays in registers across the rows. Channel by channel, with the state stored
+// between the loads, the loads went out one channel at a time: the conv took 7 of the phase's 16 us
+// even with its lines requested ahead (flash-next-125b, session 26). Tap and state indices are
+// clamped to K so that no load sits behind a branch (a guarded load is a branch around it in PTX,
+// and batches of guarded loads ran slower than single loads, session 26).
+inline constexpr int kConvLaneChannels = 4;
 
-// DeltaNet phase 1: causal conv (state update) + SiLU per channel, rows in order; L2 norm of each
-// query/key head (queries also scaled by 1/sqrt(dk)). Warp per head of channels, the grid's first;
-// each row's head is published with a flag (HeadFlag, index = the item) for the delta rule.
-// The head's taps, conv state and inputs are requested into L1 first: the channel loop below
-// stores state between its loads, so its loads went out one channel at a time, four dependent
-// trips to memory a row that took 8.6 us of the phase's 20 (flash-next-125b, session 26).
 __device__ inline void DeltaNetConv(const MixerArgs& A) {
   const ModelDims& D = A.dims;
   const int B = A.in->n_rows, K = D.ssm_conv_kernel;
   const int n_k = D.ssm_n_k, dk = D.ssm_dk, dv = D.ssm_dv;
   const int key_dim = n_k * dk, conv_dim = D.ssm_conv_dim();
   const int n_items = 2 * n_k + D.ssm_n_v;
-  const float q_scale = 1.0f / sqrtf(static_cast<float>(dk));
+  constexpr int kTaps = kMaxConvKernel, kState = kMaxConvKernel - 1;
   for (int it = GlobalWarp(); it < n_items; it += GridWarps()) {
     const bool is_v = it >= 2 * n_k;
     const int c0 = is_v ? 2 * key_dim + (it - 2 * n_k) * dv : it * dk;
-    const int width = is_v ? dv : dk;
-    PrefetchSpanL1(A.dn.conv + static_cast<int64_t>(c0) * K, int64_t{4} * width * K);
-    PrefetchSpanL1(A.dn.conv_state + static_cast<int64_t>(c0) * (K - 1),
-                   int64_t{4} * width * (K - 1));
-    for (int r = 0; r < B; ++r)
-      PrefetchSpanL1(A.s.proj + static_cast<int64_t>(r) * A.s.proj_stride + c0, 4 * width);
-    for (int r = 0; r < B; ++r) {
-      const float* xin = A.s.proj + static_cast<int64_t>(r) * A.s.proj_stride;
-      float ss = 0;
-      for (int c = c0 + Lane(); c < c0 + width; c += 32) {
-        float* st = A.dn.conv_state + static_cast<int64_t>(c) * (K - 1);
-        const float* w = A.dn.conv + static_cast<int64_t>(c) * K;
-        float acc = w[K - 1] * xin[c];
-        for (int j = 0; j < K - 1; ++j) acc += w[j] * st[j];
-        for (int j = 0; j + 1 < K - 1; ++j) st[j] = st[j + 1];
-        st[K - 2] = xin[c];
-        if (B > 1 && r < B - 1) {
-          float* snap = A.dn.conv_snap + (static_cast<int64_t>(r) * conv_dim + c) * (K - 1);
-          for (int j = 0; j < K - 1; ++j) snap[j] = st[j];
-        }
-        const float y = Silu(acc);
-        A.s.mix[static_cast<int64_t>(r) * conv_dim + c] = y;
-        ss += y * y;
-      }
-      if (!is_v) {
-        ss = WarpSum(ss);
-        const float scale = (1.0f / sqrtf(ss + 1e-6f)) * (it < n_k ? q_scale : 1.0f);
-        __syncwarp();
-        for (int c = c0 + Lane(); c < c0 + width; c += 32) {
-          A.s.mix[static_cast<int64_t>(r) * conv_dim + c] *= scale;
+    const int width = is_v ? dv : dk;  // a multiple of 32 (plan.cc)
+    for (int cb = c0; cb < c0 + width; cb += 32 * kConvLaneChannels) {
+      const int n_ch = min(kConvLaneChannels, (c0 + width - cb) / 32);  // warp-uniform
+      float w[kConvLaneChannels][kTaps], st[kConvLaneChannels][kState];
+#pragma unroll
+      for (int i = 0; i < kConvLaneChannels; ++i) {
+        const int c = cb + 32 * min(i, n_ch - 1) + Lane();
+#pragma unroll
+        for (int j = 0; j < kTaps; ++j)
+          w[i][j] = A.dn.conv[static_cast<int64_t>(c) * K + min(j, K - 1)];
+#pragma unroll
+        for (int j = 0; j < kState; ++j) {
+          st[i][j] = A.dn.conv_state[static_cast<int64_t>(c) * (K - 1) + min(j, K - 2)];
         }
       }
-      PublishHead(HeadFlag(A, r, it), A.in->seq);
+      for (int r = 0; r < B; ++r) {
+        const float* xin = A.s.proj + static_cast<int64_t>(r) * A.s.proj_stride;
+        float x[kConvLaneChannels];
+#pragma unroll
+        for (int i = 0; i < kConvLaneChannels; ++i) x[i] = xin[cb + 32 * min(i, n_ch - 1) + Lane()];
+#pragma unroll
+        for (int i = 0; i < kConvLaneChannels; ++i) {
+          if (i >= n_ch) break;
+          const int c = cb + 32 * i + Lane();
+          float w_last = 0;  // tap K - 1, which meets the input
+#pragma unroll
+          for (int j = 0; j < kTaps; ++j) w_last = j == K - 1 ? w[i][j] : w_last;
+          float acc = w_last * x[i];
+#pragma unroll
+          for (int j = 0; j < kState; ++j) {
+            if (j < K - 1) acc += w[i][j] * st[i][j];
+          }
+#pragma unroll
+          for (int j = 0; j < kState; ++j) {
+            st[i][j] =
+                j + 1 < K - 1 ? st[i][j + 1 < kState ? j + 1 : j] : (j == K - 2 ? x[i] : st[i][j]);
+          }
+          if (B > 1 && r < B - 1) {
+            float* snap = A.dn.conv_snap + (static_cast<int64_t>(r) * conv_dim + c) * (K - 1);
+#pragma unroll
+            for (int j = 0; j < kState; ++j) {
+              if (j < K - 1) snap[j] = st[i][j];
+            }
+          }
+          A.s.mix[static_cast<int64_t>(r) * conv_dim + c] = Silu(acc);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < kConvLaneChannels; ++i) {
+        if (i >= n_ch) break;
+        float* out = A.dn.conv_state + static_cast<int64_t>(cb + 32 * i + Lane()) * (K - 1);
+#pragma unroll
+        for (int j = 0; j < kState; ++j) {
+          if (j < K - 1) out[j] = st[i][j];
+        }
+      }
     }
+    for (int r = 0; r < B; ++r) PublishHead(HeadFlag(A, r, it), A.in->seq);
   }
 }
 
@@ -782,7 +801,9 @@ __device__ inline void DeltaNetConv(const MixerArgs& A) {
 // rows in order, counted from the grid's last warp. The conv heads it reads come from warps of
 // the same phase (the conv phase and its barrier cost 6.7 us per DeltaNet layer on
 // flash-next-125b at 512 keys, 2026-11-30): for each row it waits for the flags of its q, k and v
-// heads (see HeadFlag), then stages q and k in the warp's shared memory, read through L2.
+// heads (see HeadFlag), then stages q and k in the warp's shared memory, read through L2, and
+// normalises them there (L2 norm, queries also scaled by 1/sqrt(dk)), so that the conv warps
+// need no second pass over their heads.
 // The warp's dk state lines are requested into L1 before it waits, and both passes over them
 // load kRuleBatch rows before using any: one row at a time, each pass was a chain of dk dependent
 // loads (the first 5.5 us, the second 4.6, flash-next-125b, session 26).
@@ -795,6 +816,7 @@ __device__ inline void DeltaNetRule(const MixerArgs& A, uint8_t* smem) {
   const int key_dim = n_k * dk, conv_dim = D.ssm_conv_dim(), d_inner = D.ssm_d_inner();
   const int rr = n_v / n_k;
   const int col_chunks = dv / 32;
+  const float q_scale = 1.0f / sqrtf(static_cast<float>(dk));
   float* q = reinterpret_cast<float*>(smem + Warp() * kAttentionBytesPerWarp);  // dk ≤ 512
   float* k = q + dk;
   for (int it = GridWarps() - 1 - GlobalWarp(); it < n_v * col_chunks; it += GridWarps()) {
@@ -808,9 +830,19 @@ __device__ inline void DeltaNetRule(const MixerArgs& A, uint8_t* smem) {
       WaitCount(HeadFlag(A, r, 2 * n_k + j), A.in->seq);
       const float* y = A.s.mix + static_cast<int64_t>(r) * conv_dim;
       __syncwarp();  // the previous row's reads of q and k are done
+      float qq = 0, kk2 = 0;  // Σq², Σk²: each lane's elements in order, then WarpSum
       for (int i = Lane(); i < dk; i += 32) {
-        q[i] = __ldcg(y + kh * dk + i);
-        k[i] = __ldcg(y + key_dim + kh * dk + i);
+        const float qi = __ldcg(y + kh * dk + i), ki = __ldcg(y + key_dim + kh * dk + i);
+        q[i] = qi;
+        k[i] = ki;
+        qq += qi * qi;
+        kk2 += ki * ki;
+      }
+      const float q_norm = (1.0f / sqrtf(WarpSum(qq) + 1e-6f)) * q_scale;
+      const float k_norm = 1.0f / sqrtf(WarpSum(kk2) + 1e-6f);
+      for (int i = Lane(); i < dk; i += 32) {  // each lane rescales what it staged
+        q[i] *= q_norm;
+        k[i] *= k_norm;
       }
       __syncwarp();
       const float v = __ldcg(y + 2 * key_dim + j * dv + vv);
