@@ -22,8 +22,8 @@ enum class MixerOp : int32_t {
   kNormRope,        // attention: q/k RMSNorm, RoPE, KV append
   kAttention,       // attention: every key chunk's partials
   kAttentionMerge,  // attention: chunk merge and sigmoid gate
-  kConv,            // DeltaNet: causal conv, SiLU, L2 norms
-  kDeltaRule,       // DeltaNet: the state update and its output
+  kConv,            // DeltaNet: causal conv, SiLU
+  kDeltaRule,       // DeltaNet: q/k L2 norms, the state update and its output
   kGatedNorm,       // DeltaNet: gated RMSNorm into op_act[1]
   kOutQuantize,     // the output projection's input as int8 blocks in op_act[1] (one block)
   kOutProject,      // output projection added to the residual

@@ -1,11 +1,11 @@
 // The mixer half of one layer as phases of a persistent kernel: gated attention (projections;
 // q/k norm + partial NeoX RoPE + KV append, split-key attention and the chunk merge + sigmoid gate
 // in one phase, behind per-head flags and per-head chunk counters; output projection) or Gated
-// DeltaNet (projections; causal conv + L2 norms and the delta rule in one phase, behind per-head
-// flags; gated RMSNorm + output projection),
-// each ending in the residual add. Phase p reads what phases < p wrote, and the heads and chunks
-// its own flags and counters publish; the caller puts a grid barrier (megakernel) or a kernel
-// boundary (per-op mode) between phases. C++17, device only.
+// DeltaNet (projections; causal conv and the delta rule with the q/k L2 norms in one phase, behind
+// per-head flags; gated RMSNorm + output projection), each ending in the residual add. Phase p
+// reads what phases < p wrote, and the heads and chunks its own flags and counters publish; the
+// caller puts a grid barrier (megakernel) or a kernel boundary (per-op mode) between phases. C++17,
+// device only.
 #pragma once
 
 #include <cuda/atomic>
@@ -809,6 +809,14 @@ __device__ inline void DeltaNetConv(const MixerArgs& A) {
 // loads (the first 5.5 us, the second 4.6, flash-next-125b, session 26).
 inline constexpr int kRuleBatch = 8;
 
+// State rows k0 .. k0 + kRuleBatch - 1 of a rule warp's columns (row stride dv), every load issued
+// before any value is used.
+__device__ __forceinline__ void LoadStateRows(const float* S, int k0, int dv,
+                                              float (&sv)[kRuleBatch]) {
+#pragma unroll
+  for (int u = 0; u < kRuleBatch; ++u) sv[u] = S[static_cast<int64_t>(k0 + u) * dv];
+}
+
 __device__ inline void DeltaNetRule(const MixerArgs& A, uint8_t* smem) {
   const ModelDims& D = A.dims;
   const int B = A.in->n_rows;
@@ -861,8 +869,7 @@ __device__ inline void DeltaNetRule(const MixerArgs& A, uint8_t* smem) {
       float kv = 0;
       for (int k0 = 0; k0 < dk; k0 += kRuleBatch) {  // dk: a multiple of 32 (plan.cc)
         float sv[kRuleBatch];
-#pragma unroll
-        for (int u = 0; u < kRuleBatch; ++u) sv[u] = S[static_cast<int64_t>(k0 + u) * dv];
+        LoadStateRows(S, k0, dv, sv);
 #pragma unroll
         for (int u = 0; u < kRuleBatch; ++u) kv += (sv[u] * decay) * k[k0 + u];
       }
@@ -873,8 +880,7 @@ __device__ inline void DeltaNetRule(const MixerArgs& A, uint8_t* smem) {
                         : nullptr;
       for (int k0 = 0; k0 < dk; k0 += kRuleBatch) {
         float sv[kRuleBatch];
-#pragma unroll
-        for (int u = 0; u < kRuleBatch; ++u) sv[u] = S[static_cast<int64_t>(k0 + u) * dv];
+        LoadStateRows(S, k0, dv, sv);
 #pragma unroll
         for (int u = 0; u < kRuleBatch; ++u) {
           const int64_t at = static_cast<int64_t>(k0 + u) * dv;
