@@ -21,4 +21,13 @@ __device__ __forceinline__ int ActRow(unsigned mask, int base, int r) {
   return base < 0 ? r : base + __popc(mask & ((1u << r) - 1u));
 }
 
+// Whether step row r of `mask` takes part in an R-row product. A one-row product always has its
+// row: a one-row step has B = 1, and an expert's job exists only for the rows that chose it. So
+// R = 1 needs no test, and without it the codecs' runs are no longer each wrapped in a branch that
+// the compiler could not schedule across (docs/perf/megakernel.md, session 27).
+template <int R>
+__device__ __forceinline__ bool RowOn(unsigned mask, int r) {
+  return R == 1 || (mask >> r & 1u) != 0;
+}
+
 }  // namespace tandem::megakernel

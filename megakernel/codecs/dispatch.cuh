@@ -58,8 +58,12 @@ struct RowSums {
 // take part in the shuffles.
 template <int R>
 __device__ __noinline__ RowSums<R> RowDot(int type, const uint8_t* row, int n, int lane_g, int G,
-                                          const ActSet& a, unsigned mask, int base) {
+                                          const ActSet& act_set, unsigned mask, int base) {
   using quant::GgmlType;
+  // A copy in registers: read through the reference, the fields were loaded again (generic loads)
+  // before every run of every slice, each load at the head of its run's dependent chain (ncu,
+  // docs/perf/megakernel.md, session 27).
+  const ActSet a = act_set;
   float acc[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0;

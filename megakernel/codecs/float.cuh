@@ -14,7 +14,7 @@ __device__ __forceinline__ void DotFloat4(const float4& w, int first, const ActS
                                           unsigned mask, int base, float (&acc)[R]) {
 #pragma unroll
   for (int r = 0; r < R; ++r) {
-    if (!(mask >> r & 1u)) continue;
+    if (!RowOn<R>(mask, r)) continue;
     const int p = ActRow(mask, base, r);
     const float4 x = *reinterpret_cast<const float4*>(a.x + static_cast<int64_t>(p) * a.cols + first);
     acc[r] += w.x * x.x + w.y * x.y + w.z * x.z + w.w * x.w;

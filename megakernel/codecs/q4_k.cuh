@@ -33,7 +33,7 @@ __device__ __forceinline__ void DotK4Pair(const uint32_t* v_lo, const uint32_t* 
   const int nb = a.cols / 32;
 #pragma unroll
   for (int r = 0; r < R; ++r) {
-    if (!(mask >> r & 1u)) continue;
+    if (!RowOn<R>(mask, r)) continue;
     const int p = ActRow(mask, base, r);
     const int8_t* xq = a.q + static_cast<int64_t>(p) * a.cols + 32 * act_block;
     const int s_lo = Dot16(v_lo, xq) + Dot16(v_lo + 4, xq + 16);

@@ -18,7 +18,7 @@ __device__ __forceinline__ void DotRun16(const uint32_t* v, float d0, float d1, 
   const int nb = a.cols / 32;
 #pragma unroll
   for (int r = 0; r < R; ++r) {
-    if (!(mask >> r & 1u)) continue;
+    if (!RowOn<R>(mask, r)) continue;
     const int p = ActRow(mask, base, r);
     const int8_t* xq = a.q + static_cast<int64_t>(p) * a.cols + 32 * act_block;
     const int s0 = Dot16(v, xq), s1 = Dot16(v + 4, xq + 16);

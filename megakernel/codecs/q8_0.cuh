@@ -31,7 +31,7 @@ struct CodecQ8_0 {
     const float d = HalfBitsToFloat(raw.d);
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      if (!(mask >> r & 1u)) continue;
+      if (!RowOn<R>(mask, r)) continue;
       const int p = ActRow(mask, base, r);
       const int8_t* xq = a.q + static_cast<int64_t>(p) * a.cols + 32 * slice;
       const int sum = Dot16(raw.q, xq) + Dot16(raw.q + 4, xq + 16);

@@ -11,6 +11,7 @@
 # (its default, CACHE=all): a decode launch depends on what the launches before it left in L2
 # (docs/perf/megakernel.md, session 11), which a flush hides; with `none`, later passes see what
 # earlier passes of the same launch left, so compare such profiles only with each other.
+# HALVES (default "Moe Mixer") picks the halves to profile; TAG prefixes the output names.
 set -uo pipefail
 dir=$1
 skip=${2:-150}
@@ -18,22 +19,22 @@ out=${OUT:-out}
 mkdir -p "$out"
 cuobjdump --dump-resource-usage "$dir/tandem" > "$out/resources.txt" 2>&1
 cuobjdump -sass "$dir/tandem" | xz -6 > "$out/sass.txt.xz"
-for half in Moe Mixer; do
-  rep="$out/${half}.ncu-rep"
+for half in ${HALVES:-Moe Mixer}; do
+  rep="$out/${TAG:-}${half}.ncu-rep"
   ncu --set full --import-source no --clock-control none --cache-control "${CACHE:-all}" \
     --kernel-name-base demangled \
     --kernel-name "regex:${half}Kernel<\\(int\\)1>" --launch-skip "$skip" --launch-count 1 -f -o "${rep%.ncu-rep}" \
     "$dir/tandem" bench decode --backend cuda -m "${MODEL:-synth:qwen3-30b-a3b}" --contexts 512 --steps 8 \
-    > "$out/${half}_run.log" 2>&1 || tail -5 "$out/${half}_run.log"
+    > "$out/${TAG:-}${half}_run.log" 2>&1 || tail -5 "$out/${TAG:-}${half}_run.log"
   echo "ncu $half rc=$?"
-  ncu --import "$rep" --page details > "$out/${half}_details.txt" 2>&1
+  ncu --import "$rep" --page details > "$out/${TAG:-}${half}_details.txt" 2>&1
   ncu --import "$rep" --page raw | grep -E "stalled_.*_per_issue_active|inst_executed.sum |gpu__time_duration.sum|launch__grid_size|sm__warps_active" \
-    >> "$out/${half}_details.txt" 2>&1
-  ncu --import "$rep" --page source --csv --print-source sass > "$out/${half}_source.csv" 2>&1 ||
+    >> "$out/${TAG:-}${half}_details.txt" 2>&1
+  ncu --import "$rep" --page source --csv --print-source sass > "$out/${TAG:-}${half}_source.csv" 2>&1 ||
     echo "no source page"
   grep -E "Duration|Executed Ipc|Issue Slots|No Eligible|Warp Cycles Per Issued|Registers|Achieved Occupancy" \
-    "$out/${half}_details.txt" | head -20
-  python3 - "$out/${half}_source.csv" <<'PY' || true
+    "$out/${TAG:-}${half}_details.txt" | head -20
+  python3 - "$out/${TAG:-}${half}_source.csv" <<'PY' || true
 import csv, sys
 rows = list(csv.reader(open(sys.argv[1])))
 head = rows[1]
@@ -50,6 +51,6 @@ print(f"  code {len(body)} SASS instructions, {len(executed)} executed ({len(exe
       f"{share['no_inst']:.3f}")
 print("  stall shares: " + "  ".join(f"{n} {v:.3f}" for n, v in sorted(share.items(), key=lambda x: -x[1])[:6]))
 PY
-  rm -f "$rep" "$out/${half}_run.log"
+  rm -f "$rep" "$out/${TAG:-}${half}_run.log"
 done
 ls -la "$out"
