@@ -60,10 +60,12 @@ template <int R>
 __device__ __noinline__ RowSums<R> RowDot(int type, const uint8_t* row, int n, int lane_g, int G,
                                           const ActSet& act_set, unsigned mask, int base) {
   using quant::GgmlType;
-  // A copy in registers: read through the reference, the fields were loaded again (generic loads)
-  // before every run of every slice, each load at the head of its run's dependent chain (ncu,
-  // docs/perf/megakernel.md, session 27).
-  const ActSet a = act_set;
+  // Up to four rows, the set is read from a copy in registers: read through the reference, its
+  // fields were loaded again (generic loads) before every run of every slice, each load at the head
+  // of its run's dependent chain. Eight-row products keep the reference: with the copy their
+  // kernels spilled more and an 8-row step took 3-6% longer (docs/perf/megakernel.md, session 27).
+  const ActSet copy = act_set;
+  const ActSet& a = R <= 4 ? copy : act_set;
   float acc[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0;
