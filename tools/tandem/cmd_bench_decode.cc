@@ -347,6 +347,14 @@ int BenchDecode(const Options& o, const engine::EngineOptions& base,
           }
           run["verify4_ms"] = *t4 * 1e3;
           run["verify4_over_decode1"] = *t4 / *t1;
+          // The 8-row kernels (verify of 7 drafts, and every prompt block) have their own
+          // register allocation; a change can move them alone.
+          auto t8 = TimeSteps(gpu, 8, ctx, o.steps, rng, vocab);
+          if (!t8.ok()) {
+            return BenchFail(t8.status());
+          }
+          run["verify8_ms"] = *t8 * 1e3;
+          run["verify8_over_decode1"] = *t8 / *t1;
           auto bytes4 = VerifyStepBytes(gpu, (*engine)->model(), ctx, rng);
           if (!bytes4.ok()) {
             return BenchFail(bytes4.status());
@@ -365,12 +373,14 @@ int BenchDecode(const Options& o, const engine::EngineOptions& base,
       run["speedup_vs_per_op"] = run["per_op_ms_per_token"].get<double>() / run["ms_per_token"].get<double>();
       std::printf(
           "%-28s ctx %6d: %8.1f tok/s  %.3f of HBM  per-op %8.1f tok/s (x%.2f, %d launches)  "
-          "per-phase %8.1f tok/s  verify4/decode1 %.2f (bytes %.2f)  launches %d barriers %d\n",
+          "per-phase %8.1f tok/s  verify4/decode1 %.2f (bytes %.2f)  verify8/decode1 %.2f  "
+          "launches %d barriers %d\n",
           model.c_str(), ctx, run["tok_s"].get<double>(), run["bandwidth_ratio"].get<double>(),
           run["per_op_tok_s"].get<double>(), run["speedup_vs_per_op"].get<double>(),
           run["per_op_launches_per_token"].get<int>(), run["per_phase_tok_s"].get<double>(),
           run["verify4_over_decode1"].get<double>(),
-          run["verify4_bytes_over_decode1"].get<double>(), run["launches_per_token"].get<int>(),
+          run["verify4_bytes_over_decode1"].get<double>(),
+          run["verify8_over_decode1"].get<double>(), run["launches_per_token"].get<int>(),
           run["barriers_per_token"].get<int>());
       runs.push_back(run);
       if (ctx == contexts.front()) {
@@ -400,8 +410,8 @@ void RegisterBenchDecode(CLI::App& app, int* exit_code) {
   CLI::App* dec = bench->add_subcommand(
       "decode",
       "Decode speed against the machine's measured ceiling (not a test). cuda: tok/s and fraction "
-      "of HBM copy bandwidth, megakernel vs per-op (and per-phase), verify B=4 vs B=1. cpu: tok/s "
-      "and fraction of the host's streaming read bandwidth");
+      "of HBM copy bandwidth, megakernel vs per-op (and per-phase), verify B=4 and B=8 vs B=1. "
+      "cpu: tok/s and fraction of the host's streaming read bandwidth");
   dec->add_option("-m,--model", options->models, "Models to time (repeatable)")->capture_default_str();
   dec->add_option("--contexts", options->contexts,
                   "Comma-separated context lengths to decode at (default: 512,16384 for cuda, "
