@@ -1,7 +1,7 @@
 // `tandem bench decode --backend cuda --json FILE`: decode speed of the CUDA backend against the
 // card's own ceiling, measured in the same run (device-to-device copy bandwidth). For each model
-// and context: B=1 greedy decode in megakernel, per-phase and per-op mode, and a B=4 verify step,
-// each timed over many steps after a warm-up. `--backend cpu`: B=1 greedy decode of the cpu
+// and context: B=1 greedy decode in megakernel, per-phase and per-op mode, and B=4 and B=8 verify
+// steps, each timed over many steps after a warm-up. `--backend cpu`: B=1 greedy decode of the cpu
 // backend against the host's streaming read bandwidth with as many threads as the pool, measured
 // right before and right after each timed run. Not a test: it reports ratios, it asserts nothing.
 #include <algorithm>
