@@ -20,21 +20,22 @@ mkdir -p "$out"
 cuobjdump --dump-resource-usage "$dir/tandem" > "$out/resources.txt" 2>&1
 cuobjdump -sass "$dir/tandem" | xz -6 > "$out/sass.txt.xz"
 for half in ${HALVES:-Moe Mixer}; do
-  rep="$out/${TAG:-}${half}.ncu-rep"
+  name="$out/${TAG:-}${half}"  # every file of this half
+  rep="$name.ncu-rep"
   ncu --set full --import-source no --clock-control none --cache-control "${CACHE:-all}" \
     --kernel-name-base demangled \
-    --kernel-name "regex:${half}Kernel<\\(int\\)1>" --launch-skip "$skip" --launch-count 1 -f -o "${rep%.ncu-rep}" \
+    --kernel-name "regex:${half}Kernel<\\(int\\)1>" --launch-skip "$skip" --launch-count 1 -f -o "$name" \
     "$dir/tandem" bench decode --backend cuda -m "${MODEL:-synth:qwen3-30b-a3b}" --contexts 512 --steps 8 \
-    > "$out/${TAG:-}${half}_run.log" 2>&1 || tail -5 "$out/${TAG:-}${half}_run.log"
+    > "${name}_run.log" 2>&1 || tail -5 "${name}_run.log"
   echo "ncu $half rc=$?"
-  ncu --import "$rep" --page details > "$out/${TAG:-}${half}_details.txt" 2>&1
+  ncu --import "$rep" --page details > "${name}_details.txt" 2>&1
   ncu --import "$rep" --page raw | grep -E "stalled_.*_per_issue_active|inst_executed.sum |gpu__time_duration.sum|launch__grid_size|sm__warps_active" \
-    >> "$out/${TAG:-}${half}_details.txt" 2>&1
-  ncu --import "$rep" --page source --csv --print-source sass > "$out/${TAG:-}${half}_source.csv" 2>&1 ||
+    >> "${name}_details.txt" 2>&1
+  ncu --import "$rep" --page source --csv --print-source sass > "${name}_source.csv" 2>&1 ||
     echo "no source page"
   grep -E "Duration|Executed Ipc|Issue Slots|No Eligible|Warp Cycles Per Issued|Registers|Achieved Occupancy" \
-    "$out/${TAG:-}${half}_details.txt" | head -20
-  python3 - "$out/${TAG:-}${half}_source.csv" <<'PY' || true
+    "${name}_details.txt" | head -20
+  python3 - "${name}_source.csv" <<'PY' || true
 import csv, sys
 rows = list(csv.reader(open(sys.argv[1])))
 head = rows[1]
@@ -51,6 +52,6 @@ print(f"  code {len(body)} SASS instructions, {len(executed)} executed ({len(exe
       f"{share['no_inst']:.3f}")
 print("  stall shares: " + "  ".join(f"{n} {v:.3f}" for n, v in sorted(share.items(), key=lambda x: -x[1])[:6]))
 PY
-  rm -f "$rep" "$out/${TAG:-}${half}_run.log"
+  rm -f "$rep" "${name}_run.log"
 done
 ls -la "$out"
