@@ -10,12 +10,14 @@ function(tandem_library name)
 endfunction()
 
 # tandem_test(NAME SOURCES ... DEPS ... [LABELS ...]): one GoogleTest binary registered with ctest.
-# Tests run from the project root so that fixture paths are stable.
+# Tests run from the project root; fixtures are found through TANDEM_SOURCE_DIR
+# (tests/support/fixtures.h), so a test binary also runs from any other directory.
 function(tandem_test name)
   cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main)
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR})
+  target_compile_definitions(${name} PRIVATE TANDEM_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
   set(labels cpu)
   if(ARG_LABELS)
     set(labels ${ARG_LABELS})

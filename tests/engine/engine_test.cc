@@ -9,14 +9,16 @@
 
 #include "runtime/engine/convert.h"
 #include "runtime/format/gguf.h"
+#include "tests/support/fixtures.h"
 
 namespace tandem::engine {
 namespace {
 
 namespace fs = std::filesystem;
 
-const char* kHfDir = "tests/fixtures/hf/qwen3_next";
-const char* kTokenizer = "tests/fixtures/tokenizer/qwen2/tokenizer.json";
+const std::string kHfDir = testing_support::FixturePath("hf/qwen3_next").string();
+const std::string kTokenizer =
+    testing_support::FixturePath("tokenizer/qwen2/tokenizer.json").string();
 
 fs::path TempPath(const std::string& name) {
   return fs::temp_directory_path() / (name + "_" + std::to_string(::getpid()));

@@ -3,13 +3,15 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/fixtures.h"
+
 namespace tandem::engine {
 namespace {
 
 std::unique_ptr<Engine> LoadFixture(int n_ctx) {
   EngineOptions o;
-  o.model = "tests/fixtures/hf/qwen3_next";
-  o.tokenizer = "tests/fixtures/tokenizer/qwen2/tokenizer.json";
+  o.model = testing_support::FixturePath("hf/qwen3_next").string();
+  o.tokenizer = testing_support::FixturePath("tokenizer/qwen2/tokenizer.json").string();
   o.n_ctx = n_ctx;
   auto e = Engine::Load(o);
   EXPECT_TRUE(e.ok()) << e.status();

@@ -17,6 +17,7 @@
 #include "megakernel/runner.h"
 #include "nlohmann/json.hpp"
 #include "runtime/engine/engine.h"
+#include "tests/support/fixtures.h"
 #include "tests/support/logits.h"
 
 namespace tandem::engine {
@@ -54,7 +55,7 @@ class FixtureTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(FixtureTest, LogitsMatchTransformers) {
   SKIP_WITHOUT_GPU();
-  const fs::path dir = fs::path("tests/fixtures/hf") / GetParam();
+  const fs::path dir = testing_support::FixturePath("hf/" + GetParam());
   std::ifstream in(dir / "expected.json");
   const nlohmann::json j = nlohmann::json::parse(in);
   const auto tokens = j.at("tokens").get<std::vector<int32_t>>();

@@ -13,6 +13,7 @@
 #include "runtime/model/hf_model.h"
 #include "runtime/model/model.h"
 #include "runtime/reference/forward.h"
+#include "tests/support/fixtures.h"
 #include "tests/support/logits.h"
 
 namespace tandem::reference {
@@ -89,7 +90,7 @@ std::pair<double, double> KlAndTop1(const std::vector<float>& ref, const std::ve
 
 class FixtureTest : public ::testing::TestWithParam<const char*> {
  protected:
-  fs::path dir() const { return fs::path("tests/fixtures/hf") / GetParam(); }
+  fs::path dir() const { return testing_support::FixturePath(std::string("hf/") + GetParam()); }
 };
 
 TEST_P(FixtureTest, HfDirectoryMatchesTransformers) {

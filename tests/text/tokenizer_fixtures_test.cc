@@ -8,6 +8,7 @@
 
 #include "nlohmann/json.hpp"
 #include "runtime/text/tokenizer.h"
+#include "tests/support/fixtures.h"
 
 namespace tandem::text {
 namespace {
@@ -23,12 +24,13 @@ std::string FromHex(const std::string& hex) {
 class TokenizerFixtureTest : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(TokenizerFixtureTest, IdsEqualHuggingFaceTokenizers) {
-  std::ifstream in("tests/fixtures/tokenizer/cases.json");
+  std::ifstream in(testing_support::FixturePath("tokenizer/cases.json"));
   ASSERT_TRUE(in.good());
   const nlohmann::json all = nlohmann::json::parse(in);
   const nlohmann::json& spec = all.at("tokenizers").at(GetParam());
   auto vocab = Vocabulary::FromHfTokenizerJson(
-      std::string("tests/fixtures/tokenizer/") + GetParam() + "/tokenizer.json");
+      testing_support::FixturePath(std::string("tokenizer/") + GetParam() + "/tokenizer.json")
+          .string());
   ASSERT_TRUE(vocab.ok()) << vocab.status();
   EXPECT_EQ(PreTokenizerKindName(vocab->pre), spec.at("pre").get<std::string>());
   auto tok = Tokenizer::Create(std::move(*vocab));
