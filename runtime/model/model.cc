@@ -81,6 +81,8 @@ const char kModelSpecHelp[] =
     "                            (e.g. 256, so that tiny shapes can take q4_k experts)\n"
     "  attention=H/KV/D          the attention layers' query heads, KV heads and head width\n"
     "                            instead of the shape's (e.g. 16/2/128); keeps the rotary share\n"
+    "  deltanet=K/V/D            the DeltaNet layers' key heads, value heads and head width\n"
+    "                            instead of the shape's (e.g. 16/32/128; hybrid shapes only)\n"
     "  experts=TYPE, shexp=TYPE, dense=TYPE, router=TYPE, embed=TYPE, output=TYPE\n"
     "                            quant type per category (routed experts, shared expert,\n"
     "                            attention/DeltaNet matrices, ffn_gate_inp, token_embd, output)\n"

@@ -423,6 +423,10 @@ std::string SourceName(const SynthPlan& plan, const SynthOptions& options) {
     params.push_back(absl::StrCat("attention=", options.attention_heads, "/",
                                   options.attention_kv_heads, "/", options.attention_head_dim));
   }
+  if (options.deltanet_key_heads > 0) {
+    params.push_back(absl::StrCat("deltanet=", options.deltanet_key_heads, "/",
+                                  options.deltanet_value_heads, "/", options.deltanet_head_dim));
+  }
   if (!options.quant.empty()) params.push_back(absl::StrCat("quant=", options.quant));
   if (options.seed != kDefaultSynthSeed) params.push_back(absl::StrCat("seed=", options.seed));
   if (!params.empty()) absl::StrAppend(&source, "?", absl::StrJoin(params, "&"));
@@ -510,6 +514,16 @@ bool ParseWhole(const std::string& value, T* out) {
   return true;
 }
 
+// "A/B/C" as three positive whole numbers (false, *out untouched, for anything else).
+bool ParsePositiveTriple(const std::string& value, int (&out)[3]) {
+  const std::vector<std::string> parts = absl::StrSplit(value, '/');
+  int dims[3] = {0, 0, 0};
+  bool ok = parts.size() == 3;
+  for (size_t i = 0; ok && i < 3; ++i) ok = ParseWhole(parts[i], &dims[i]) && dims[i] > 0;
+  if (ok) std::copy(dims, dims + 3, out);
+  return ok;
+}
+
 }  // namespace
 
 absl::Status ParseSynthSpec(std::string_view spec_view, std::string* shape, SynthOptions* options) {
@@ -541,11 +555,8 @@ absl::Status ParseSynthSpec(std::string_view spec_view, std::string* shape, Synt
       }
       options->expert_ff = ff;
     } else if (key == "attention") {
-      const std::vector<std::string> parts = absl::StrSplit(value, '/');
-      int dims[3] = {0, 0, 0};
-      bool ok = parts.size() == 3;
-      for (size_t i = 0; ok && i < 3; ++i) ok = ParseWhole(parts[i], &dims[i]) && dims[i] > 0;
-      if (!ok) {
+      int dims[3];
+      if (!ParsePositiveTriple(value, dims)) {
         return absl::InvalidArgumentError(
             absl::StrCat("synth spec: attention \"", value,
                          "\" is not HEADS/KV_HEADS/HEAD_DIM (e.g. 16/2/128)"));
@@ -553,6 +564,16 @@ absl::Status ParseSynthSpec(std::string_view spec_view, std::string* shape, Synt
       options->attention_heads = dims[0];
       options->attention_kv_heads = dims[1];
       options->attention_head_dim = dims[2];
+    } else if (key == "deltanet") {
+      int dims[3];
+      if (!ParsePositiveTriple(value, dims)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("synth spec: deltanet \"", value,
+                         "\" is not KEY_HEADS/VALUE_HEADS/HEAD_DIM (e.g. 16/32/128)"));
+      }
+      options->deltanet_key_heads = dims[0];
+      options->deltanet_value_heads = dims[1];
+      options->deltanet_head_dim = dims[2];
     } else if (key == "quant") {
       mix_parts.emplace_back(value);
     } else {
@@ -561,8 +582,8 @@ absl::Status ParseSynthSpec(std::string_view spec_view, std::string* shape, Synt
       if (!is_category) {
         return absl::InvalidArgumentError(
             absl::StrCat("synth spec: unknown key \"", key,
-                         "\" (keys: seed, expert_ff, attention, quant, experts, shexp, dense, "
-                         "router, embed, output)"));
+                         "\" (keys: seed, expert_ff, attention, deltanet, quant, experts, shexp, "
+                         "dense, router, embed, output)"));
       }
       mix_parts.emplace_back(param);
     }
@@ -604,6 +625,17 @@ absl::StatusOr<std::unique_ptr<SynthPlan>> PlanSynth(std::string_view shape_name
     hp.n_head = options.attention_heads;
     hp.n_head_kv = options.attention_kv_heads;
     hp.head_dim = options.attention_head_dim;
+  }
+  if (options.deltanet_key_heads > 0) {
+    HParams& hp = plan->hparams;
+    if (!hp.is_hybrid()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("synth ", shape->name, ": deltanet= needs a shape with DeltaNet layers"));
+    }
+    hp.ssm_n_group = options.deltanet_key_heads;
+    hp.ssm_dt_rank = options.deltanet_value_heads;
+    hp.ssm_d_state = options.deltanet_head_dim;
+    hp.ssm_d_inner = options.deltanet_value_heads * options.deltanet_head_dim;
   }
   TANDEM_RETURN_IF_ERROR(ApplyQuantMix(options.quant, &plan->mix));
   TANDEM_RETURN_IF_ERROR(plan->hparams.Validate());

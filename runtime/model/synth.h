@@ -64,6 +64,9 @@ struct SynthOptions {
   // rotary share of a head is kept), so that tests can reach the GPU's wide-head and full-team
   // attention paths on a tiny model.
   int attention_heads = 0, attention_kv_heads = 0, attention_head_dim = 0;
+  // > 0: the DeltaNet layers' key heads, value heads and head width (keys and values alike)
+  // instead of the shape's, so that tests can reach DeltaNet head sizes on a tiny model.
+  int deltanet_key_heads = 0, deltanet_value_heads = 0, deltanet_head_dim = 0;
   uint64_t randomize_threshold = kDefaultRandomizeThreshold;
   ProgressFn progress;  // bytes generated so far, of the total
 };

@@ -5,7 +5,8 @@
 // KV group's heads (the default at long ones, forced here). Two shapes resize their attention heads
 // (synth's attention=) to reach the paths the benchmark shapes run: 8 query heads of 128 per KV
 // head (qwen3-30b-a3b's teams of 8, lanes over head dimensions) and of 256 (flash-next-125b's teams
-// of 4). Compared: the half's contribution
+// of 4). One resizes its DeltaNet heads (synth's deltanet=) to the benchmark shapes' width of 128.
+// Compared: the half's contribution
 // (output minus input rows), normalised error. f32 weights: fp32 on both sides; q8_0: int8
 // activations on the GPU. GPU suite: skips with a message where no CUDA device is usable.
 #include <gtest/gtest.h>
@@ -161,16 +162,18 @@ std::string SpecName(std::string n) {
 
 constexpr const char* kWideHeads = "tiny-qwen3moe?attention=16/2/128";
 constexpr const char* kWiderHeads = "tiny-qwen3next?attention=16/2/256";
+// The benchmark shapes' DeltaNet head width (128; the tiny shapes have 64), two value heads a key
+// head as they have.
+constexpr const char* kWideDeltaNet = "tiny-qwen3next?deltanet=4/8/128";
 
-INSTANTIATE_TEST_SUITE_P(Synth, LayerHalfTest,
-                         ::testing::Combine(::testing::Values("tiny-qwen3moe", "tiny-qwen3next",
-                                                              "tiny-qwen35moe", "tiny-flash-next",
-                                                              kWideHeads, kWiderHeads),
-                                            ::testing::Bool()),
-                         [](const auto& info) {
-                           return SpecName(std::get<0>(info.param) +
-                                           (std::get<1>(info.param) ? "_f32" : "_q8_0"));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Synth, LayerHalfTest,
+    ::testing::Combine(::testing::Values("tiny-qwen3moe", "tiny-qwen3next", "tiny-qwen35moe",
+                                         "tiny-flash-next", kWideHeads, kWiderHeads, kWideDeltaNet),
+                       ::testing::Bool()),
+    [](const auto& info) {
+      return SpecName(std::get<0>(info.param) + (std::get<1>(info.param) ? "_f32" : "_q8_0"));
+    });
 
 INSTANTIATE_TEST_SUITE_P(Synth, LongContextAttentionTest,
                          ::testing::Values("tiny-qwen3moe", kWideHeads, kWiderHeads),

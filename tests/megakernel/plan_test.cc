@@ -76,6 +76,26 @@ TEST(PlanTest, CachesGrowWithContextOnlyForAttentionLayers) {
             uint64_t{256} * attention_layers * 2 * hp.n_head_kv * hp.head_dim * 4);
 }
 
+// The DeltaNet kernels take key and value heads of multiples of 32 (a lane per 32 state
+// columns), keys of at most 512; the error names what is unsupported.
+TEST(PlanTest, RefusesDeltaNetHeadsTheKernelsDoNotTake) {
+  auto odd = Describe("synth:tiny-qwen3next?deltanet=2/4/48");
+  ASSERT_NE(odd, nullptr);
+  const auto dims = DimsForModel(*odd, 256);
+  ASSERT_FALSE(dims.ok());
+  EXPECT_EQ(dims.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(dims.status().message().find("DeltaNet key head dim 48"), std::string::npos)
+      << dims.status();
+  EXPECT_NE(dims.status().message().find("DeltaNet value head dim 48"), std::string::npos)
+      << dims.status();
+  auto wide = Describe("synth:tiny-qwen3next?deltanet=2/4/544");
+  ASSERT_NE(wide, nullptr);
+  EXPECT_FALSE(DimsForModel(*wide, 256).ok());
+  auto fits = Describe("synth:tiny-qwen3next?deltanet=2/4/128");
+  ASSERT_NE(fits, nullptr);
+  EXPECT_TRUE(DimsForModel(*fits, 256).ok());
+}
+
 TEST(PlanTest, RefusesAZeroContext) {
   auto m = Describe("synth:tiny-qwen3moe");
   ASSERT_NE(m, nullptr);

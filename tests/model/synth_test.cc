@@ -187,11 +187,19 @@ TEST(SynthSpecTest, Parses) {
   EXPECT_EQ(o5.attention_kv_heads, 2);
   EXPECT_EQ(o5.attention_head_dim, 128);
 
+  SynthOptions o6;
+  ASSERT_TRUE(ParseSynthSpec("tiny-qwen3next?deltanet=2/4/48", &shape, &o6).ok());
+  EXPECT_EQ(o6.deltanet_key_heads, 2);
+  EXPECT_EQ(o6.deltanet_value_heads, 4);
+  EXPECT_EQ(o6.deltanet_head_dim, 48);
+
   SynthOptions o3;
   EXPECT_FALSE(ParseSynthSpec("tiny-qwen3moe?attention=16/2", &shape, &o3).ok());
   EXPECT_FALSE(ParseSynthSpec("tiny-qwen3moe?attention=16/0/128", &shape, &o3).ok());
   EXPECT_FALSE(ParseSynthSpec("tiny-qwen3moe?attention=16/2/128/4", &shape, &o3).ok());
   EXPECT_FALSE(ParseSynthSpec("tiny-qwen3moe?attention=a/b/c", &shape, &o3).ok());
+  EXPECT_FALSE(ParseSynthSpec("tiny-qwen3next?deltanet=2/4", &shape, &o3).ok());
+  EXPECT_FALSE(ParseSynthSpec("tiny-qwen3next?deltanet=2/0/48", &shape, &o3).ok());
   EXPECT_FALSE(ParseSynthSpec("tiny-qwen3moe?seed=x", &shape, &o3).ok());
   EXPECT_FALSE(ParseSynthSpec("tiny-qwen3moe?expert_ff=0", &shape, &o3).ok());
   EXPECT_FALSE(ParseSynthSpec("tiny-qwen3moe?expert_ff=-8", &shape, &o3).ok());
@@ -481,6 +489,22 @@ TEST(OpenModelTest, SynthSpecs) {
   ASSERT_FALSE(sections.ok());
   EXPECT_NE(std::string(sections.status().message()).find("M-RoPE"), std::string::npos);
   EXPECT_FALSE(OpenModel("synth:tiny-qwen3moe?attention=16/3/128", describe).ok());
+
+  // deltanet resizes the DeltaNet heads (keys and values share the head width).
+  absl::StatusOr<std::unique_ptr<Model>> dn =
+      OpenModel("synth:tiny-qwen3next?deltanet=2/4/48", describe);
+  ASSERT_TRUE(dn.ok()) << dn.status();
+  EXPECT_EQ((*dn)->hparams().ssm_n_group, 2);
+  EXPECT_EQ((*dn)->hparams().ssm_dt_rank, 4);
+  EXPECT_EQ((*dn)->hparams().ssm_d_state, 48);
+  EXPECT_EQ((*dn)->hparams().head_v_dim(), 48);
+  EXPECT_EQ((*dn)->source(), "synth:tiny-qwen3next?deltanet=2/4/48");
+  // Value heads must be a multiple of key heads; shapes without DeltaNet layers refuse the key.
+  EXPECT_FALSE(OpenModel("synth:tiny-qwen3next?deltanet=4/6/48", describe).ok());
+  absl::StatusOr<std::unique_ptr<Model>> no_dn =
+      OpenModel("synth:tiny-qwen3moe?deltanet=2/4/48", describe);
+  ASSERT_FALSE(no_dn.ok());
+  EXPECT_NE(std::string(no_dn.status().message()).find("DeltaNet"), std::string::npos);
 
   absl::StatusOr<std::unique_ptr<Model>> bad = OpenModel("synth:nope");
   ASSERT_FALSE(bad.ok());
