@@ -76,8 +76,9 @@ TEST(PlanTest, CachesGrowWithContextOnlyForAttentionLayers) {
             uint64_t{256} * attention_layers * 2 * hp.n_head_kv * hp.head_dim * 4);
 }
 
-// The DeltaNet kernels take key and value heads of multiples of 32 (a lane per 32 state
-// columns), keys of at most 512; the error names what is unsupported.
+// The DeltaNet conv and delta rule walk a head's channels and value columns 32 at a time, a lane
+// each, and the rule stages a head's query and key (at most 512 floats each) in a warp's shared
+// memory: other head widths are refused, and the error names them.
 TEST(PlanTest, RefusesDeltaNetHeadsTheKernelsDoNotTake) {
   auto odd = Describe("synth:tiny-qwen3next?deltanet=2/4/48");
   ASSERT_NE(odd, nullptr);

@@ -12,7 +12,8 @@ namespace tandem::testing_support {
 
 // tests/fixtures/<relative> under the project root.
 inline std::filesystem::path FixturePath(const std::string& relative) {
-  const std::filesystem::path built = std::filesystem::path(TANDEM_SOURCE_DIR) / "tests" / "fixtures";
+  const std::filesystem::path built =
+      std::filesystem::path(TANDEM_SOURCE_DIR) / "tests" / "fixtures";
   const std::filesystem::path root =
       std::filesystem::is_directory(built) ? built : std::filesystem::path("tests") / "fixtures";
   return root / relative;

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Which functions' machine code differs between two builds of a kernel file, without a disassembler.
+"""Which functions' machine code differs between two builds of a kernel file, with no disassembler.
 
 Usage: cubin_functions.py A.cubin [B.cubin]
 
@@ -54,7 +54,8 @@ def functions(path):
         raw.append((kernel, name, size, digest))
     kernels = demangle([k for k, _, _, _ in raw])
     names = demangle([n for _, n, _, _ in raw])
-    anon = re.compile(r"_GLOBAL__N__[0-9a-f_]+kernels_cu_[0-9a-f]+|\(anonymous namespace\)")
+    # Anonymous namespaces carry a hash of the file and build; compare them by name only.
+    anon = re.compile(r"_GLOBAL__N__[0-9a-f_]+\w+_cu_[0-9a-f]+|\(anonymous namespace\)")
     out = {}
     for (_, _, size, digest), k, n in zip(raw, kernels, names):
         out[(anon.sub("anon", k)[:100], anon.sub("anon", n)[:100])] = (size, digest)
