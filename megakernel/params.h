@@ -87,6 +87,12 @@ struct ModelDims {
 // rounds of loads a lane. A chunk leaves one partial per query head: max, sum, two floats of
 // padding (the output starts 16-byte aligned), head_dim outputs.
 inline constexpr int kMaxAttentionChunks = 512;
+// The fewest keys a chunk holds. A chunk is one warp's serial work (scores, softmax, value
+// rows), so short contexts want many small chunks: at 512 keys, 16-key chunks (1,024 warps on
+// qwen3-30b-a3b) took the attention phase from 15.9 to 15.1 us a layer and flash-next-125b's
+// from 21.2 to 19.0 against 32-key chunks; 8-key chunks lengthened qwen3-30b-a3b's to 17.6
+// (docs/perf/megakernel.md, session 29).
+inline constexpr int kMinAttentionChunk = 16;
 inline constexpr int kAttnPartHeader = 4;
 
 // Per-step scratch shared by all layers (device memory, sized for kMaxRows rows).

@@ -224,7 +224,8 @@ absl::Status GpuRunner::AllocateState() {
   const int d_inner = hp.is_hybrid() ? d.ssm_d_inner() : 0;
   s.proj_stride = std::max(d.q_rows() + 2 * d.kv_dim(), conv_dim + d_inner + 2 * d.ssm_n_v);
   s.mix_stride = std::max(d.n_head * d.head_dim, conv_dim);
-  s.n_chunks_max = std::min((d.n_ctx + 31) / 32, kMaxAttentionChunks);
+  s.n_chunks_max =
+      std::min((d.n_ctx + kMinAttentionChunk - 1) / kMinAttentionChunk, kMaxAttentionChunks);
   int device = 0, sms = 0;
   TANDEM_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
   TANDEM_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));

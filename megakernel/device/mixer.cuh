@@ -25,8 +25,8 @@ inline constexpr int kMaxConvKernel = 8;      // DeltaNet conv taps (checked on 
 // keys: 134 us a layer, 49 with teams; 2026-11-30, docs/perf/megakernel.md). Teams run when
 // (row, team, 32 keys) items fill at least half the grid's warps; at shorter contexts a warp
 // serves one head, so that the phase still has a warp per (row, head, 32 keys) (teams at 512 keys
-// doubled the phase). Chunks are at least 32 keys and at most kMaxAttentionChunks per (row,
-// team). Both attention phases derive the same split.
+// doubled the phase). Chunks are at least kMinAttentionChunk keys and at most kMaxAttentionChunks
+// per (row, team). Both attention phases derive the same split.
 struct AttentionSplit {
   int heads;     // query heads per warp
   int teams;     // warps per (row, KV group, chunk)
@@ -55,7 +55,8 @@ __device__ __forceinline__ AttentionSplit SplitAttention(const MixerArgs& A) {
   s.teams = (group + s.heads - 1) / s.heads;
   const int wanted = min(kMaxAttentionChunks, max(1, GridWarps() / (B * D.n_head_kv * s.teams)));
   const int len = (n_keys + wanted - 1) / wanted;
-  s.chunk = max(32, (len + 31) / 32 * 32);
+  s.chunk = max(kMinAttentionChunk,
+                (len + kMinAttentionChunk - 1) / kMinAttentionChunk * kMinAttentionChunk);
   s.n_chunks = (n_keys + s.chunk - 1) / s.chunk;
   return s;
 }
