@@ -406,33 +406,24 @@ void GpuRunner::set_graphs(bool on) {
 }
 
 int GpuRunner::LaunchesPerStep(bool with_head) const {
+  // Launches of one layer half (or the head) with `phases` phases and `per_op` operations.
+  auto launches = [this](int phases, int per_op) {
+    switch (options_.mode) {
+      case KernelMode::kMegakernel:
+        return 1;
+      case KernelMode::kPerPhase:
+        return phases;
+      case KernelMode::kPerOp:
+        return per_op;
+    }
+    return 0;
+  };
   int n = 1;  // embedding
   for (size_t il = 0; il < mixer_.size(); ++il) {
-    switch (options_.mode) {
-      case KernelMode::kMegakernel:
-        n += 2;
-        break;
-      case KernelMode::kPerPhase:
-        n += PhaseCount(Half::kMixer, mixer_[il].recurrent != 0) + PhaseCount(Half::kMoe, false);
-        break;
-      case KernelMode::kPerOp:
-        n += PerOpLaunches(mixer_[il]) + PerOpLaunches(moe_[il]);
-        break;
-    }
+    n += launches(PhaseCount(Half::kMixer, mixer_[il].recurrent != 0), PerOpLaunches(mixer_[il]));
+    n += launches(PhaseCount(Half::kMoe, false), PerOpLaunches(moe_[il]));
   }
-  if (with_head) {
-    switch (options_.mode) {
-      case KernelMode::kMegakernel:
-        n += 1;
-        break;
-      case KernelMode::kPerPhase:
-        n += PhaseCount(Half::kHead, false);
-        break;
-      case KernelMode::kPerOp:
-        n += PerOpLaunches(head_);
-        break;
-    }
-  }
+  if (with_head) n += launches(PhaseCount(Half::kHead, false), PerOpLaunches(head_));
   return n;
 }
 
