@@ -514,14 +514,21 @@ bool ParseWhole(const std::string& value, T* out) {
   return true;
 }
 
-// "A/B/C" as three positive whole numbers (false, *out untouched, for anything else).
-bool ParsePositiveTriple(const std::string& value, int (&out)[3]) {
+// The value of a head-resizing key ("attention", "deltanet"): "A/B/C" as three positive whole
+// numbers into *out[0..2]; for anything else an error naming the key and its `form`, *out
+// untouched.
+absl::Status ParseHeadTriple(const std::string& key, const std::string& value, const char* form,
+                             const std::array<int*, 3>& out) {
   const std::vector<std::string> parts = absl::StrSplit(value, '/');
   int dims[3] = {0, 0, 0};
   bool ok = parts.size() == 3;
   for (size_t i = 0; ok && i < 3; ++i) ok = ParseWhole(parts[i], &dims[i]) && dims[i] > 0;
-  if (ok) std::copy(dims, dims + 3, out);
-  return ok;
+  if (!ok) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("synth spec: ", key, " \"", value, "\" is not ", form));
+  }
+  for (size_t i = 0; i < 3; ++i) *out[i] = dims[i];
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -555,25 +562,14 @@ absl::Status ParseSynthSpec(std::string_view spec_view, std::string* shape, Synt
       }
       options->expert_ff = ff;
     } else if (key == "attention") {
-      int dims[3];
-      if (!ParsePositiveTriple(value, dims)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("synth spec: attention \"", value,
-                         "\" is not HEADS/KV_HEADS/HEAD_DIM (e.g. 16/2/128)"));
-      }
-      options->attention_heads = dims[0];
-      options->attention_kv_heads = dims[1];
-      options->attention_head_dim = dims[2];
+      TANDEM_RETURN_IF_ERROR(ParseHeadTriple(
+          key, value, "HEADS/KV_HEADS/HEAD_DIM (e.g. 16/2/128)",
+          {&options->attention_heads, &options->attention_kv_heads, &options->attention_head_dim}));
     } else if (key == "deltanet") {
-      int dims[3];
-      if (!ParsePositiveTriple(value, dims)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("synth spec: deltanet \"", value,
-                         "\" is not KEY_HEADS/VALUE_HEADS/HEAD_DIM (e.g. 16/32/128)"));
-      }
-      options->deltanet_key_heads = dims[0];
-      options->deltanet_value_heads = dims[1];
-      options->deltanet_head_dim = dims[2];
+      TANDEM_RETURN_IF_ERROR(
+          ParseHeadTriple(key, value, "KEY_HEADS/VALUE_HEADS/HEAD_DIM (e.g. 16/32/128)",
+                          {&options->deltanet_key_heads, &options->deltanet_value_heads,
+                           &options->deltanet_head_dim}));
     } else if (key == "quant") {
       mix_parts.emplace_back(value);
     } else {
