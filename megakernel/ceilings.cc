@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <vector>
 
+#include "megakernel/codecs.h"
 #include "megakernel/launch.h"
 #include "runtime/base/stats.h"
-#include "runtime/quant/ggml_type.h"
 
 namespace tandem::megakernel {
 cudaError_t MeasureHbmCopyGbps(uint64_t bytes, int reps, double* gbps) {
@@ -79,7 +79,7 @@ cudaError_t MeasurePhaseCostsUs(int reps, double* launch_us, double* barrier_us)
 
 cudaError_t MeasureMatVecGbps(int type, int cols, int64_t bytes, int n_rows, int reps, double* gbps) {
   constexpr int64_t kBuffer = int64_t{1} << 30, kSlack = 256;
-  const int64_t row_bytes = quant::RowBytes(static_cast<quant::GgmlType>(type), cols);
+  const int64_t row_bytes = DeviceRowBytes(type, cols);
   const int rows = static_cast<int>(std::max<int64_t>(1, bytes / row_bytes));
   const int64_t matrix_bytes = rows * row_bytes;
   const int64_t windows = std::max<int64_t>(1, kBuffer / matrix_bytes);

@@ -2,6 +2,7 @@
 // host code (load-time checks, launch planning) and device code. C++17.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "runtime/quant/ggml_type.h"
@@ -62,5 +63,17 @@ TANDEM_HD constexpr int GroupLanes(int type, int cols, int lane_slices = 1) {
 
 // "f32, f16, bf16, q8_0, q4_k, q5_k, q6_k, q3_k, iq4_xs": for error messages.
 std::string DeviceCodecNames();
+
+// A Q3_K block as the device stores it: the file's 110 bytes, then 2 bytes of padding, so every
+// block starts 16-byte aligned and a lane loads its block as 7 aligned chunks with no realignment
+// (CodecQ3K in codecs/q6_k.cuh). The other types keep the file's layout.
+inline constexpr int kQ3KDeviceBlockBytes = 112;
+
+// Bytes of a row of `cols` elements in the device layout (host code).
+int64_t DeviceRowBytes(int type, int64_t cols);
+
+// Copies `rows` rows of `cols` elements from the file's layout at src to the device layout at
+// dst (DeviceRowBytes each; padding zeroed). Host code; dst must not overlap src.
+void ToDeviceLayout(int type, const uint8_t* src, int64_t rows, int64_t cols, uint8_t* dst);
 
 }  // namespace tandem::megakernel

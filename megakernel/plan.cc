@@ -97,11 +97,16 @@ absl::Status CheckTensors(const model::Model& model) {
   return absl::OkStatus();
 }
 
+uint64_t DeviceBytes(const format::TensorInfo& t) {
+  if (t.dims.empty()) return 0;
+  return static_cast<uint64_t>(DeviceRowBytes(static_cast<int>(t.type), t.dims[0]) * t.rows());
+}
+
 VramPlan PlanVram(const model::Model& model, const ModelDims& dims, int n_ctx) {
   const model::HParams& hp = model.hparams();
   VramPlan plan;
   for (const format::TensorInfo& t : model.tensors()) {
-    if (UsedByForward(t, hp)) plan.weights += t.nbytes + kAllocationSlack;
+    if (UsedByForward(t, hp)) plan.weights += DeviceBytes(t) + kAllocationSlack;
   }
   const uint64_t cache_per_attention = 2 * (uint64_t{static_cast<uint32_t>(n_ctx)} *
                                                 dims.kv_dim() * 4 + kAllocationSlack);

@@ -24,12 +24,15 @@ absl::StatusOr<ModelDims> DimsForModel(const model::Model& model, int n_ctx);
 // True for tensors of the forward pass (MTP blocks after the decoder are not).
 bool UsedByForward(const format::TensorInfo& t, const model::HParams& hp);
 
+// Bytes of tensor t on the device: its rows in the device layout (DeviceRowBytes).
+uint64_t DeviceBytes(const format::TensorInfo& t);
+
 // Every tensor the forward pass reads has a device codec and whole slices per row; 1-D tensors
 // are f32. The first offender is named with its type and the supported types.
 absl::Status CheckTensors(const model::Model& model);
 
 struct VramPlan {
-  uint64_t weights = 0;  // every used tensor, with per-allocation slack
+  uint64_t weights = 0;  // every used tensor in the device layout, with per-allocation slack
   uint64_t caches = 0;   // KV caches of attention layers, DeltaNet states with row snapshots
   uint64_t total() const { return weights + caches; }
 };

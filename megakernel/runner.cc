@@ -81,16 +81,35 @@ absl::Status GpuRunner::Upload(const model::Model& model, uint64_t weight_bytes)
   }
   std::map<std::string, const uint8_t*> dev;
   uint64_t done = 0;
+  std::vector<uint8_t> staging;  // rows in the device layout where it differs from the file's
   for (const format::TensorInfo* t : used) {
-    uint8_t* p = AllocBytes(t->nbytes, &vram_.weights);
+    const uint64_t bytes = DeviceBytes(*t);
+    uint8_t* p = AllocBytes(bytes, &vram_.weights);
     if (p == nullptr) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "out of device memory uploading ", t->name, " (", FormatBytes(t->nbytes), ") after ",
-          FormatBytes(vram_.weights), " of weights"));
+      return absl::ResourceExhaustedError(absl::StrCat("out of device memory uploading ", t->name,
+                                                       " (", FormatBytes(bytes), ") after ",
+                                                       FormatBytes(vram_.weights), " of weights"));
     }
-    TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpy(p, t->data, t->nbytes, cudaMemcpyHostToDevice));
+    if (bytes == t->nbytes) {
+      TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpy(p, t->data, bytes, cudaMemcpyHostToDevice));
+    } else {
+      // Converted in pieces of at most kStagingBytes, so a large expert bank needs no copy of
+      // its own size in host memory.
+      constexpr uint64_t kStagingBytes = uint64_t{64} << 20;
+      const int type = static_cast<int>(t->type);
+      const int64_t cols = t->dims[0], rows = t->rows();
+      const int64_t file_row = t->row_bytes(), dev_row = DeviceRowBytes(type, cols);
+      const int64_t step = std::max<int64_t>(1, static_cast<int64_t>(kStagingBytes) / dev_row);
+      staging.resize(static_cast<size_t>(std::min(rows, step) * dev_row));
+      for (int64_t r0 = 0; r0 < rows; r0 += step) {
+        const int64_t n = std::min(step, rows - r0);
+        ToDeviceLayout(type, t->data + r0 * file_row, n, cols, staging.data());
+        TANDEM_CUDA_RETURN_IF_ERROR(
+            cudaMemcpy(p + r0 * dev_row, staging.data(), n * dev_row, cudaMemcpyHostToDevice));
+      }
+    }
     dev[t->name] = p;
-    done += t->nbytes + kAllocationSlack;
+    done += bytes + kAllocationSlack;
     if (options_.progress) options_.progress(done, weight_bytes);
   }
   auto find = [&](const std::string& name) -> const format::TensorInfo* { return model.Find(name); };
@@ -102,7 +121,7 @@ absl::Status GpuRunner::Upload(const model::Model& model, uint64_t weight_bytes)
     m.type = static_cast<int32_t>(t->type);
     m.cols = static_cast<int32_t>(t->dims[0]);
     m.rows = static_cast<int32_t>(t->rows());
-    m.row_bytes = t->row_bytes();
+    m.row_bytes = DeviceRowBytes(m.type, m.cols);
     return m;
   };
   auto bank = [&](const std::string& name) {
@@ -112,7 +131,7 @@ absl::Status GpuRunner::Upload(const model::Model& model, uint64_t weight_bytes)
     b.type = static_cast<int32_t>(t->type);
     b.cols = static_cast<int32_t>(t->dims[0]);
     b.rows = static_cast<int32_t>(t->dims[1]);
-    b.row_bytes = t->row_bytes();
+    b.row_bytes = DeviceRowBytes(b.type, b.cols);
     b.expert_bytes = b.row_bytes * b.rows;
     return b;
   };

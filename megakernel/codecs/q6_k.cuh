@@ -1,10 +1,12 @@
 // Q6_K and Q3_K on the device. A Q6_K lane takes half a 256-weight block (128 weights: four runs
 // of 32, each two 16-weight sub-blocks with their own signed scale); a Q3_K lane takes a whole
 // block (eight runs), since both halves share the block's high-bit mask and scales. Each run is
-// built as int8 words and applied to every active row with dp4a. The 210- and 110-byte blocks are
-// only 2-byte aligned, so words are assembled with LoadWordsWide. C++17, device only.
+// built as int8 words and applied to every active row with dp4a. Q6_K's 210-byte blocks are only
+// 2-byte aligned, so its words are assembled with LoadWordsWide; Q3_K blocks are padded to 112
+// bytes on the device (kQ3KDeviceBlockBytes) and load as aligned chunks. C++17, device only.
 #pragma once
 
+#include "megakernel/codecs.h"
 #include "megakernel/codecs/act.cuh"
 #include "megakernel/device/common.cuh"
 
@@ -86,18 +88,27 @@ __device__ __forceinline__ float BiasedScale(uint32_t w, int k) {
   return static_cast<float>(static_cast<int>((w >> (8 * k)) & 0xffu) - 32);
 }
 
-// A lane takes a whole block: loading it as one run of 28 words (8 chunks of 16 bytes for 110
-// bytes) reads the high-bit mask and the scales once, where two half-block lanes each loaded all of
-// them (16 chunks a block); and a row of 2,048 needs 8 lanes instead of 16, so flash-next-125b's
-// expert phases have half the units, each a load round trip and a reduction
+// A lane takes a whole block: loading it as one run of 28 words (the 112-byte device block's 7
+// aligned chunks) reads the high-bit mask and the scales once, where two half-block lanes each
+// loaded all of them (16 chunks a block); and a row of 2,048 needs 8 lanes instead of 16, so
+// flash-next-125b's expert phases have half the units, each a load round trip and a reduction
 // (docs/perf/megakernel.md, session 26).
 struct CodecQ3K {
   static constexpr int kSliceElems = 256;
   template <int R>
   __device__ static void Dot(const uint8_t* row, int slice, const ActSet& a, unsigned mask,
                              int base, float (&acc)[R]) {
-    uint32_t w[28];  // hmask (words 0..7), qs (8..23), the 12 scale bytes (24..26), then d
-    LoadWordsWide<28>(row + 110 * slice, w);
+    // hmask (words 0..7), qs (8..23), the 12 scale bytes (24..26), then d (and the padding).
+    uint32_t w[28];
+    const uint4* blk = reinterpret_cast<const uint4*>(row + kQ3KDeviceBlockBytes * slice);
+#pragma unroll
+    for (int c = 0; c < 7; ++c) {
+      const uint4 v = LoadStreaming(blk + c);
+      w[4 * c] = v.x;
+      w[4 * c + 1] = v.y;
+      w[4 * c + 2] = v.z;
+      w[4 * c + 3] = v.w;
+    }
     const uint32_t sc[3] = {w[24], w[25], w[26]};
     const float d = HalfBitsToFloat(w[27]);
 #pragma unroll

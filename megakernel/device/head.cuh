@@ -10,9 +10,10 @@ namespace tandem::megakernel {
 
 inline constexpr int kHeadPhases = 3;
 
-template <typename Block>
+// Element i of a row of Blocks, each kStride bytes apart on the device (see codecs.h).
+template <typename Block, int kStride = sizeof(Block)>
 __device__ __forceinline__ float BlockElement(const uint8_t* row, int i) {
-  const Block* b = reinterpret_cast<const Block*>(row) + i / Block::kElems;
+  const Block* b = reinterpret_cast<const Block*>(row + (i / Block::kElems) * kStride);
   return quant::DequantizeElement(*b, i % Block::kElems);
 }
 
@@ -27,7 +28,8 @@ __device__ __forceinline__ float RowElement(int type, const uint8_t* row, int i)
     case GgmlType::kQ4_K: return BlockElement<quant::BlockQ4K>(row, i);
     case GgmlType::kQ5_K: return BlockElement<quant::BlockQ5K>(row, i);
     case GgmlType::kQ6_K: return BlockElement<quant::BlockQ6K>(row, i);
-    case GgmlType::kQ3_K: return BlockElement<quant::BlockQ3K>(row, i);
+    case GgmlType::kQ3_K:
+      return BlockElement<quant::BlockQ3K, kQ3KDeviceBlockBytes>(row, i);
     case GgmlType::kIQ4_XS: return BlockElement<quant::BlockIQ4XS>(row, i);
     default: return 0.0f;  // refused on the host
   }

@@ -12,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "megakernel/codecs.h"
 #include "megakernel/launch.h"
 #include "megakernel/runner.h"
 #include "runtime/quant/codec.h"
@@ -71,10 +72,14 @@ TEST_P(DeviceCodecTest, MatVecMatchesFp64OfDecodedWeights) {
       for (float& v : x) v = normal(rng);
       uint8_t* dw = nullptr;
       float *dx = nullptr, *dout = nullptr;
-      ASSERT_EQ(cudaMalloc(&dw, w.size() + 64), cudaSuccess);
+      // The device layout (DeviceRowBytes: Q3_K blocks padded to 112 bytes), as the runner uploads.
+      const int64_t dev_row_bytes = DeviceRowBytes(static_cast<int>(c.type), cols);
+      std::vector<uint8_t> dev_w(static_cast<size_t>(rows) * dev_row_bytes);
+      ToDeviceLayout(static_cast<int>(c.type), w.data(), rows, cols, dev_w.data());
+      ASSERT_EQ(cudaMalloc(&dw, dev_w.size() + 64), cudaSuccess);
       ASSERT_EQ(cudaMalloc(&dx, x.size() * 4), cudaSuccess);
       ASSERT_EQ(cudaMalloc(&dout, static_cast<size_t>(n) * rows * 4), cudaSuccess);
-      ASSERT_EQ(cudaMemcpy(dw, w.data(), w.size(), cudaMemcpyHostToDevice), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(dw, dev_w.data(), dev_w.size(), cudaMemcpyHostToDevice), cudaSuccess);
       ASSERT_EQ(cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
       ASSERT_EQ(cudaMemset(dout, 0xff, static_cast<size_t>(n) * rows * 4), cudaSuccess);  // NaN
       Matrix m;
@@ -82,7 +87,7 @@ TEST_P(DeviceCodecTest, MatVecMatchesFp64OfDecodedWeights) {
       m.type = static_cast<int32_t>(c.type);
       m.rows = rows;
       m.cols = cols;
-      m.row_bytes = row_bytes;
+      m.row_bytes = dev_row_bytes;
       ASSERT_EQ(LaunchMatVec(m, dx, n, dout, nullptr), cudaSuccess);
       std::vector<float> got(static_cast<size_t>(n) * rows);
       ASSERT_EQ(cudaMemcpy(got.data(), dout, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);

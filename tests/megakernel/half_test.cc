@@ -175,6 +175,14 @@ INSTANTIATE_TEST_SUITE_P(
       return SpecName(std::get<0>(info.param) + (std::get<1>(info.param) ? "_f32" : "_q8_0"));
     });
 
+// Q3_K experts, as flash-next-125b has (256-wide expert rows: a Q3_K block is 256 weights), read
+// from the device's padded 112-byte blocks (codecs.h); q8_0 activations only.
+INSTANTIATE_TEST_SUITE_P(
+    Q3K, LayerHalfTest,
+    ::testing::Combine(::testing::Values("tiny-qwen3moe?expert_ff=256&quant=experts=q3_k"),
+                       ::testing::Values(false)),
+    [](const auto& info) { return SpecName(std::get<0>(info.param)) + "_q8_0"; });
+
 INSTANTIATE_TEST_SUITE_P(Synth, LongContextAttentionTest,
                          ::testing::Values("tiny-qwen3moe", kWideHeads, kWiderHeads),
                          [](const auto& info) { return SpecName(info.param); });

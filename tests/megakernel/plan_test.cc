@@ -123,5 +123,42 @@ TEST(LaneSplitTest, GroupsCoverARowWithTheGivenSlicesPerLane) {
   EXPECT_EQ(MaxLaneSlices(q8), 1);
 }
 
+// Q3_K blocks (110 bytes) are padded to 112 on the device, each block's bytes unchanged and the
+// padding zero; the other types keep the file's layout. The VRAM plan counts the device bytes.
+TEST(DeviceLayoutTest, PadsQ3KBlocksAndCopiesTheOtherTypes) {
+  const int q3k = static_cast<int>(quant::GgmlType::kQ3_K);
+  const int q4k = static_cast<int>(quant::GgmlType::kQ4_K);
+  EXPECT_EQ(DeviceRowBytes(q3k, 2048), 8 * 112);
+  EXPECT_EQ(DeviceRowBytes(q4k, 2048), quant::RowBytes(quant::GgmlType::kQ4_K, 2048));
+  const int rows = 3, cols = 512;  // 6 blocks
+  std::vector<uint8_t> file(rows * quant::RowBytes(quant::GgmlType::kQ3_K, cols));
+  for (size_t i = 0; i < file.size(); ++i) file[i] = static_cast<uint8_t>(i * 7 + 1);
+  std::vector<uint8_t> dev(rows * DeviceRowBytes(q3k, cols), 0xAB);
+  ToDeviceLayout(q3k, file.data(), rows, cols, dev.data());
+  for (int b = 0; b < 6; ++b) {
+    for (int i = 0; i < 110; ++i) ASSERT_EQ(dev[b * 112 + i], file[b * 110 + i]) << b << " " << i;
+    EXPECT_EQ(dev[b * 112 + 110], 0);
+    EXPECT_EQ(dev[b * 112 + 111], 0);
+  }
+  std::vector<uint8_t> q4(rows * quant::RowBytes(quant::GgmlType::kQ4_K, cols), 5),
+      q4_dev(q4.size());
+  ToDeviceLayout(q4k, q4.data(), rows, cols, q4_dev.data());
+  EXPECT_EQ(q4, q4_dev);
+
+  auto m = Describe("synth:tiny-qwen3moe?expert_ff=256&quant=experts=q3_k");
+  ASSERT_NE(m, nullptr);
+  auto dims = DimsForModel(*m, 256);
+  ASSERT_TRUE(dims.ok());
+  uint64_t file_bytes = 0, device_bytes = 0, used = 0;
+  for (const format::TensorInfo& t : m->tensors()) {
+    if (!UsedByForward(t, m->hparams())) continue;
+    file_bytes += t.nbytes;
+    device_bytes += DeviceBytes(t);
+    ++used;
+  }
+  EXPECT_GT(device_bytes, file_bytes);  // the Q3_K expert banks grow by 2/110
+  EXPECT_EQ(PlanVram(*m, *dims, 256).weights, device_bytes + used * kAllocationSlack);
+}
+
 }  // namespace
 }  // namespace tandem::megakernel
