@@ -19,7 +19,7 @@ enum class MixerOp : int32_t {
   kNorm,            // RMSNorm of the input rows into op_act[0] (one block)
   kQuantize,        // op_act[0]'s rows as int8 blocks (one block)
   kProject,         // input projection number `arg` (ForEachInputProjection's order)
-  kNormRope,        // attention: q/k RMSNorm, RoPE, KV append
+  kNormRope,        // attention: k (and, for teams, q) RMSNorm, RoPE, KV append
   kAttention,       // attention: every key chunk's partials
   kAttentionMerge,  // attention: chunk merge and sigmoid gate
   kConv,            // DeltaNet: causal conv, SiLU

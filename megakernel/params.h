@@ -74,10 +74,10 @@ struct ModelDims {
   TANDEM_MEMBER_HD int32_t ssm_d_inner() const { return ssm_n_v * ssm_dv; }
   TANDEM_MEMBER_HD int32_t q_rows() const { return n_head * head_dim * (gated_attention ? 2 : 1); }
   TANDEM_MEMBER_HD int32_t kv_dim() const { return n_head_kv * head_dim; }
-  // Step flags per row and layer (Scratch::head_ready): an attention layer's query and KV heads,
-  // or a DeltaNet layer's conv heads (q and k per key head, then the value heads).
+  // Step flags per row and layer (Scratch::head_ready): an attention layer's KV heads, then its
+  // query heads, or a DeltaNet layer's conv heads (q and k per key head, then the value heads).
   TANDEM_MEMBER_HD int32_t step_flags_per_row() const {
-    const int32_t attention = n_head + n_head_kv, deltanet = 2 * ssm_n_k + ssm_n_v;
+    const int32_t attention = n_head_kv + n_head, deltanet = 2 * ssm_n_k + ssm_n_v;
     return attention > deltanet ? attention : deltanet;
   }
 };
@@ -112,9 +112,10 @@ struct Scratch {
   float* exp_act = nullptr;   // [B*k][n_ff_exp] silu(gate) * up per (expert, row) pair
   float* exp_out = nullptr;   // [B*k][n_embd] down projection per pair
   int32_t* routes = nullptr;  // RouteTable (see moe.cuh), written by block 0
-  // [n_layer][kMaxRows][step_flags_per_row()]: StepInput::seq once a row's query head (or key
-  // and value head) is normed, roped and appended in that layer's attention phase, or once a
-  // row's conv head is written in that layer's DeltaNet conv + delta-rule phase.
+  // [n_layer][kMaxRows][step_flags_per_row()]: StepInput::seq once a row's key and value head is
+  // normed, roped and appended (or, for the team paths, a query head normed and roped) in that
+  // layer's attention phase, or once a row's conv head is written in that layer's DeltaNet conv +
+  // delta-rule phase.
   uint32_t* head_ready = nullptr;
   // [kMaxRows][n_head]: key chunks of the running attention layer whose partials are written
   // (release increments); the output-projection phase zeroes them for the next layer.

@@ -105,14 +105,14 @@ __device__ void MixerProjections(const MixerArgs& A, uint8_t* smem) {
   RunJobs<R>(Plan().job, n);
 }
 
-// The step's query and new key heads are normed and roped inside the attention phase, not in a
-// phase of their own (that phase and its grid barrier cost 6.5 us per attention layer on
-// qwen3-30b-a3b at 512 keys, 2026-11-30). The first warps of the phase take the heads; each
-// publishes a flag per (row, head) once its head is in place (and, for a key head, appended with
-// its value head to the caches), and the warps that read a head wait for its flag. The flag
-// holds the step's number: positions repeat after a rejected draft, step numbers do not. Every
-// block is resident in both launch modes, and a warp finishes its heads before it waits on any,
-// so the waits end.
+// The step's new key heads (and, for the team paths, its query heads) are normed and roped inside
+// the attention phase, not in a phase of their own (that phase and its grid barrier cost 6.5 us
+// per attention layer on qwen3-30b-a3b at 512 keys, 2026-11-30). The first warps of the phase take
+// the heads (NormRopeHeads); each publishes a flag per (row, head) once its head is in place (a
+// key head appended with its value head to the caches), and the warps that read a head wait for
+// its flag. The flag holds the step's number: positions repeat after a rejected draft, step
+// numbers do not. Every block is resident in both launch modes, and a warp finishes its heads
+// before it waits on any, so the waits end.
 __device__ __forceinline__ uint32_t* HeadFlag(const MixerArgs& A, int row, int head) {
   const int per_row = A.dims.step_flags_per_row();
   return A.s.head_ready + (static_cast<int64_t>(A.layer) * kMaxRows + row) * per_row + head;
@@ -150,7 +150,7 @@ __device__ __forceinline__ void WaitNewKeys(const MixerArgs& A, int r, int g, in
   const int first = A.in->first_pos;
   const int last_row = min(r, k1 - 1 - first);
   for (int rr = max(0, k0 - first); rr <= last_row; ++rr) {
-    WaitCount(HeadFlag(A, rr, A.dims.n_head + g), A.in->seq);
+    WaitCount(HeadFlag(A, rr, g), A.in->seq);
   }
 }
 
@@ -174,56 +174,80 @@ __device__ __forceinline__ void PublishChunks(const MixerArgs& A, int r, int h0,
       .fetch_add(1, cuda::memory_order_release);
 }
 
-// The step's heads: q/k RMSNorm and RoPE in place, k and v appended to the caches, each head's
-// flag published. Queries written here are read back with L2 loads (ld.global.cg): an L1 line
-// of another multiprocessor may hold the raw values where a row of the projections shares it.
-__device__ inline void NormRopeHeads(const MixerArgs& A) {
+// A head's RMSNorm (weights w) and partial NeoX RoPE at position pos, from src into dst (which
+// may be src), lanes over head dimensions.
+__device__ __forceinline__ void NormRopeHead(const ModelDims& D, const float* src, float* dst,
+                                             const float* w, int pos) {
+  const int hd = D.head_dim, half = D.n_rot / 2;
+  float ss = 0;
+  for (int i = Lane(); i < hd; i += 32) ss += src[i] * src[i];
+  ss = WarpSum(ss);
+  const float scale = 1.0f / sqrtf(ss / static_cast<float>(hd) + D.rms_eps);
+  for (int i = Lane(); i < hd; i += 32) dst[i] = src[i] * scale * w[i];
+  __syncwarp();
+  for (int i = Lane(); i < half; i += 32) {
+    float s, c;
+    sincosf(static_cast<float>(pos) * D.rope_inv_freq[i], &s, &c);
+    const float x0 = dst[i], x1 = dst[i + half];
+    dst[i] = x0 * c - x1 * s;
+    dst[i + half] = x1 * c + x0 * s;
+  }
+  __syncwarp();
+}
+
+// The step's heads, each normed and roped in place and its flag published: the key heads
+// (HeadFlag index = the KV head; appended with their value heads to the caches), then, where
+// `queries`, the query heads (index n_head_kv + head). Queries are normed here only for the team
+// paths (long contexts), where every head is read by many chunks; a one-head chunk norms its own
+// query from the raw projection (NormQuery), which took the wait for a flag out of each short
+// item (+1.7% on qwen3-30b-a3b at 512 keys), where a team item norming up to 8 heads for each of
+// its chunks lengthened the phase by 11 us at 16k (docs/perf/megakernel.md, session 30).
+__device__ inline void NormRopeHeads(const MixerArgs& A, bool queries) {
   const ModelDims& D = A.dims;
-  const int B = A.in->n_rows, hd = D.head_dim, half = D.n_rot / 2;
+  const int B = A.in->n_rows, hd = D.head_dim, n_kv = D.n_head_kv;
   const int q_stride = D.gated_attention ? 2 * hd : hd;
-  const int per_row = D.n_head + D.n_head_kv;
+  const int per_row = n_kv + (queries ? D.n_head : 0);
   for (int it = GlobalWarp(); it < B * per_row; it += GridWarps()) {
-    const int r = it / per_row, h = it % per_row;
+    const int r = it / per_row, i = it % per_row;
     const int pos = A.in->first_pos + r;
     float* row = A.s.proj + static_cast<int64_t>(r) * A.s.proj_stride;
-    const bool is_q = h < D.n_head;
-    float* v = is_q ? row + h * q_stride : row + D.q_rows() + (h - D.n_head) * hd;
-    const float* w = is_q ? A.att.q_norm : A.att.k_norm;
-    float ss = 0;
-    for (int i = Lane(); i < hd; i += 32) ss += v[i] * v[i];
-    ss = WarpSum(ss);
-    const float scale = 1.0f / sqrtf(ss / static_cast<float>(hd) + D.rms_eps);
-    for (int i = Lane(); i < hd; i += 32) v[i] = v[i] * scale * w[i];
-    __syncwarp();
-    for (int i = Lane(); i < half; i += 32) {
-      float s, c;
-      sincosf(static_cast<float>(pos) * D.rope_inv_freq[i], &s, &c);
-      const float x0 = v[i], x1 = v[i + half];
-      v[i] = x0 * c - x1 * s;
-      v[i + half] = x1 * c + x0 * s;
-    }
-    __syncwarp();
-    if (!is_q) {
-      const int g = h - D.n_head;
-      const int64_t at = static_cast<int64_t>(pos) * D.kv_dim() + g * hd;
-      const float* vsrc = row + D.q_rows() + D.kv_dim() + g * hd;
-      for (int i = Lane(); i < hd; i += 32) {
-        A.att.k_cache[at + i] = v[i];
-        A.att.v_cache[at + i] = vsrc[i];
+    if (i >= n_kv) {
+      float* q = row + (i - n_kv) * q_stride;
+      NormRopeHead(D, q, q, A.att.q_norm, pos);
+    } else {
+      float* k = row + D.q_rows() + i * hd;
+      NormRopeHead(D, k, k, A.att.k_norm, pos);
+      const int64_t at = static_cast<int64_t>(pos) * D.kv_dim() + i * hd;
+      const float* v = row + D.q_rows() + D.kv_dim() + i * hd;
+      for (int d = Lane(); d < hd; d += 32) {
+        A.att.k_cache[at + d] = k[d];
+        A.att.v_cache[at + d] = v[d];
       }
     }
-    PublishHead(HeadFlag(A, r, h), A.in->seq);
+    PublishHead(HeadFlag(A, r, i), A.in->seq);
   }
+}
+
+// Query head h of row r, normed and roped from the raw projection (written by the previous phase,
+// unchanged in this one where the path has no teams) into this warp's shared memory at q_smem.
+__device__ __forceinline__ void NormQuery(const MixerArgs& A, int r, int h, float* q_smem) {
+  const ModelDims& D = A.dims;
+  const int q_stride = D.gated_attention ? 2 * D.head_dim : D.head_dim;
+  const float* q = A.s.proj + static_cast<int64_t>(r) * A.s.proj_stride + h * q_stride;
+  __syncwarp();  // the previous item's reads are done
+  NormRopeHead(D, q, q_smem, A.att.q_norm, A.in->first_pos + r);
 }
 
 // Waits for query heads [h0, h0 + n) of row r (see NormRopeHeads), then stages them in this
 // warp's shared memory, head i at q_smem + i * stride; slots n .. slots - 1 are zeroed (a team
-// whose group ends early scores zero queries there, and their results are not written).
+// whose group ends early scores zero queries there, and their results are not written). Queries
+// written in this phase are read back with L2 loads (ld.global.cg): an L1 line of another
+// multiprocessor may hold the raw values where a row of the projections shares it.
 __device__ __forceinline__ void StageQueries(const MixerArgs& A, int r, int h0, int n, int slots,
                                              int stride, float* q_smem) {
   const int hd = A.dims.head_dim;
   const int q_stride = A.dims.gated_attention ? 2 * hd : hd;
-  for (int h = 0; h < n; ++h) WaitCount(HeadFlag(A, r, h0 + h), A.in->seq);
+  for (int h = 0; h < n; ++h) WaitCount(HeadFlag(A, r, A.dims.n_head_kv + h0 + h), A.in->seq);
   const float* q = A.s.proj + static_cast<int64_t>(r) * A.s.proj_stride + h0 * q_stride;
   __syncwarp();  // the previous item's reads are done
   for (int h = 0; h < slots; ++h) {
@@ -313,7 +337,7 @@ __device__ void AttentionHeadPartials(const MixerArgs& A, const AttentionSplit& 
     const int k0 = c * chunk, k1 = min(n_keys, k0 + chunk);
     const int g = h / group;
     float* q_smem = reinterpret_cast<float*>(smem + Warp() * kAttentionBytesPerWarp);
-    StageQueries(A, r, h, 1, 1, hd, q_smem);
+    NormQuery(A, r, h, q_smem);
     const float4* q4 = reinterpret_cast<const float4*>(q_smem);
     WaitNewKeys(A, r, g, k0, k1);
     const float* k_base = A.att.k_cache + g * hd;
@@ -635,7 +659,7 @@ __device__ inline void AttentionChunks(const MixerArgs& A, uint8_t* smem) {
 
 // Attention phase 1 up to the merge: the step's heads, then every chunk's partials.
 __device__ inline void AttentionPartials(const MixerArgs& A, uint8_t* smem) {
-  NormRopeHeads(A);
+  NormRopeHeads(A, SplitAttention(A).heads > 1);
   AttentionChunks(A, smem);
 }
 
