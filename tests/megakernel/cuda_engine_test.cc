@@ -171,6 +171,30 @@ INSTANTIATE_TEST_SUITE_P(Synth, TinyShapeTest,
                            return n;
                          });
 
+// The token embedding gathered from a K-quant table on the device (head.cuh RowElement), Q3_K in
+// its padded device blocks (codecs.h) and Q6_K: every other tensor f32, so the gather must give
+// the reference's dequantised rows and the logits agree up to summation order.
+TEST(CudaRunnerTest, KQuantEmbeddingGatherMatchesTheReference) {
+  SKIP_WITHOUT_GPU();
+  for (const char* embed : {"q3_k", "q6_k"}) {
+    const std::string model =
+        std::string("synth:tiny-qwen3moe?quant=experts=f32,shexp=f32,dense=f32,output=f32,embed=") +
+        embed;
+    auto gpu = Load(model, "cuda");
+    auto ref = Load(model, "reference");
+    ASSERT_TRUE(gpu && ref);
+    const auto tokens = RandomTokens(9, gpu->hparams().n_vocab, 14);
+    std::vector<float> a, b;
+    ASSERT_TRUE(gpu->NewSession()->Prefill(tokens, true, &a).ok());
+    ASSERT_TRUE(ref->NewSession()->Prefill(tokens, true, &b).ok());
+    const double e = RelMaxDiff(a, b);
+    std::printf(
+        "[tiny-qwen3moe, %s embedding] cuda vs reference, 9 positions: %.3e of max |logit|\n",
+        embed, e);
+    EXPECT_LT(e, 1e-4) << embed;
+  }
+}
+
 // A 4-row verify step gives the logits of four single-token steps.
 TEST(CudaRunnerTest, VerifyOfFourRowsEqualsFourSingleSteps) {
   SKIP_WITHOUT_GPU();
