@@ -51,6 +51,22 @@ std::vector<int32_t> RandomTokens(int n, int vocab, uint32_t seed) {
   return t;
 }
 
+// The largest difference between the cuda backend's and the reference's prefill logits of n
+// random tokens, relative to the largest |logit| (RelMaxDiff); NaN, after a reported failure,
+// where a load or a prefill fails.
+double PrefillLogitsDiff(const std::string& model, int n, uint32_t seed) {
+  auto gpu = Load(model, "cuda");
+  auto ref = Load(model, "reference");
+  if (!gpu || !ref) return NAN;  // Load reported why
+  const auto tokens = RandomTokens(n, gpu->hparams().n_vocab, seed);
+  std::vector<float> a, b;
+  const auto ga = gpu->NewSession()->Prefill(tokens, true, &a);
+  const auto rb = ref->NewSession()->Prefill(tokens, true, &b);
+  EXPECT_TRUE(ga.ok()) << model << " cuda: " << ga;
+  EXPECT_TRUE(rb.ok()) << model << " reference: " << rb;
+  return ga.ok() && rb.ok() ? RelMaxDiff(a, b) : NAN;
+}
+
 class FixtureTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(FixtureTest, LogitsMatchTransformers) {
@@ -99,30 +115,14 @@ class TinyShapeTest : public ::testing::TestWithParam<std::string> {};
 // math itself.
 TEST_P(TinyShapeTest, Q8LogitsNearReference) {
   SKIP_WITHOUT_GPU();
-  const std::string model = "synth:" + GetParam();
-  auto gpu = Load(model, "cuda");
-  auto ref = Load(model, "reference");
-  ASSERT_TRUE(gpu && ref);
-  const auto tokens = RandomTokens(13, gpu->hparams().n_vocab, 11);
-  std::vector<float> a, b;
-  ASSERT_TRUE(gpu->NewSession()->Prefill(tokens, true, &a).ok());
-  ASSERT_TRUE(ref->NewSession()->Prefill(tokens, true, &b).ok());
-  const double e = RelMaxDiff(a, b);
+  const double e = PrefillLogitsDiff("synth:" + GetParam(), 13, 11);
   std::printf("[%s q8_0] cuda vs reference, 13 positions: %.3e of max |logit|\n", GetParam().c_str(), e);
   EXPECT_LT(e, 0.3);
 }
 
 TEST_P(TinyShapeTest, F32LogitsMatchReference) {
   SKIP_WITHOUT_GPU();
-  const std::string model = "synth:" + GetParam() + kAllF32;
-  auto gpu = Load(model, "cuda");
-  auto ref = Load(model, "reference");
-  ASSERT_TRUE(gpu && ref);
-  const auto tokens = RandomTokens(21, gpu->hparams().n_vocab, 12);
-  std::vector<float> a, b;
-  ASSERT_TRUE(gpu->NewSession()->Prefill(tokens, true, &a).ok());
-  ASSERT_TRUE(ref->NewSession()->Prefill(tokens, true, &b).ok());
-  const double e = RelMaxDiff(a, b);
+  const double e = PrefillLogitsDiff("synth:" + GetParam() + kAllF32, 21, 12);
   std::printf("[%s f32] cuda vs reference, 21 positions: %.3e of max |logit|\n", GetParam().c_str(), e);
   EXPECT_LT(e, 1e-4);
 }
@@ -180,14 +180,7 @@ TEST(CudaRunnerTest, KQuantEmbeddingGatherMatchesTheReference) {
     const std::string model =
         std::string("synth:tiny-qwen3moe?quant=experts=f32,shexp=f32,dense=f32,output=f32,embed=") +
         embed;
-    auto gpu = Load(model, "cuda");
-    auto ref = Load(model, "reference");
-    ASSERT_TRUE(gpu && ref);
-    const auto tokens = RandomTokens(9, gpu->hparams().n_vocab, 14);
-    std::vector<float> a, b;
-    ASSERT_TRUE(gpu->NewSession()->Prefill(tokens, true, &a).ok());
-    ASSERT_TRUE(ref->NewSession()->Prefill(tokens, true, &b).ok());
-    const double e = RelMaxDiff(a, b);
+    const double e = PrefillLogitsDiff(model, 9, 14);
     std::printf(
         "[tiny-qwen3moe, %s embedding] cuda vs reference, 9 positions: %.3e of max |logit|\n",
         embed, e);
