@@ -72,7 +72,9 @@ struct ModelDims {
   float expert_weights_scale = 0;  // 0 or 1: unused
   TANDEM_MEMBER_HD int32_t ssm_conv_dim() const { return 2 * ssm_n_k * ssm_dk + ssm_n_v * ssm_dv; }
   TANDEM_MEMBER_HD int32_t ssm_d_inner() const { return ssm_n_v * ssm_dv; }
-  TANDEM_MEMBER_HD int32_t q_rows() const { return n_head * head_dim * (gated_attention ? 2 : 1); }
+  // A query head's rows in the q projection: the head, then its gate rows when gated.
+  TANDEM_MEMBER_HD int32_t q_head_stride() const { return head_dim * (gated_attention ? 2 : 1); }
+  TANDEM_MEMBER_HD int32_t q_rows() const { return n_head * q_head_stride(); }
   TANDEM_MEMBER_HD int32_t kv_dim() const { return n_head_kv * head_dim; }
   // Step flags per row and layer (Scratch::head_ready): an attention layer's KV heads, then its
   // query heads, or a DeltaNet layer's conv heads (q and k per key head, then the value heads).

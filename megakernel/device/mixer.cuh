@@ -32,6 +32,9 @@ struct AttentionSplit {
   int teams;     // warps per (row, KV group, chunk)
   int chunk;     // keys per chunk
   int n_chunks;  // chunks of the longest row
+  // The team paths: a warp per several query heads of a KV group, the queries normed once and
+  // flagged (a one-head warp norms its own query, also where a KV group is one head).
+  __device__ __forceinline__ bool team_paths() const { return heads > 1; }
 };
 
 // Head dimensions per lane of a warp's output accumulators, rounded up to a power of two (a
@@ -205,7 +208,7 @@ __device__ __forceinline__ void NormRopeHead(const ModelDims& D, const float* sr
 __device__ inline void NormRopeHeads(const MixerArgs& A, bool queries) {
   const ModelDims& D = A.dims;
   const int B = A.in->n_rows, hd = D.head_dim, n_kv = D.n_head_kv;
-  const int q_stride = D.gated_attention ? 2 * hd : hd;
+  const int q_stride = D.q_head_stride();
   const int per_row = n_kv + (queries ? D.n_head : 0);
   for (int it = GlobalWarp(); it < B * per_row; it += GridWarps()) {
     const int r = it / per_row, i = it % per_row;
@@ -232,7 +235,7 @@ __device__ inline void NormRopeHeads(const MixerArgs& A, bool queries) {
 // unchanged in this one where the path has no teams) into this warp's shared memory at q_smem.
 __device__ __forceinline__ void NormQuery(const MixerArgs& A, int r, int h, float* q_smem) {
   const ModelDims& D = A.dims;
-  const int q_stride = D.gated_attention ? 2 * D.head_dim : D.head_dim;
+  const int q_stride = D.q_head_stride();
   const float* q = A.s.proj + static_cast<int64_t>(r) * A.s.proj_stride + h * q_stride;
   __syncwarp();  // the previous item's reads are done
   NormRopeHead(D, q, q_smem, A.att.q_norm, A.in->first_pos + r);
@@ -246,7 +249,7 @@ __device__ __forceinline__ void NormQuery(const MixerArgs& A, int r, int h, floa
 __device__ __forceinline__ void StageQueries(const MixerArgs& A, int r, int h0, int n, int slots,
                                              int stride, float* q_smem) {
   const int hd = A.dims.head_dim;
-  const int q_stride = A.dims.gated_attention ? 2 * hd : hd;
+  const int q_stride = A.dims.q_head_stride();
   for (int h = 0; h < n; ++h) WaitCount(HeadFlag(A, r, A.dims.n_head_kv + h0 + h), A.in->seq);
   const float* q = A.s.proj + static_cast<int64_t>(r) * A.s.proj_stride + h0 * q_stride;
   __syncwarp();  // the previous item's reads are done
@@ -641,7 +644,7 @@ __device__ __noinline__ void AttentionTeamPartialsLanesOverDims(const MixerArgs&
 
 __device__ inline void AttentionChunks(const MixerArgs& A, uint8_t* smem) {
   const AttentionSplit S = SplitAttention(A);
-  const bool teams = S.heads > 1;  // one head a warp also where a KV group is one head
+  const bool teams = S.team_paths();
   switch (DimsPerLane(A.dims.head_dim)) {
     case 1:
       return teams ? AttentionTeamPartialsLanesOverDims<1>(A, S, smem)
@@ -659,7 +662,7 @@ __device__ inline void AttentionChunks(const MixerArgs& A, uint8_t* smem) {
 
 // Attention phase 1 up to the merge: the step's heads, then every chunk's partials.
 __device__ inline void AttentionPartials(const MixerArgs& A, uint8_t* smem) {
-  NormRopeHeads(A, SplitAttention(A).heads > 1);
+  NormRopeHeads(A, SplitAttention(A).team_paths());
   AttentionChunks(A, smem);
 }
 
@@ -671,7 +674,7 @@ __device__ inline void AttentionPartials(const MixerArgs& A, uint8_t* smem) {
 __device__ inline void AttentionCombine(const MixerArgs& A) {
   const ModelDims& D = A.dims;
   const int B = A.in->n_rows, hd = D.head_dim, nh = D.n_head;
-  const int q_stride = D.gated_attention ? 2 * hd : hd;
+  const int q_stride = D.q_head_stride();
   const int n_chunks = SplitAttention(A).n_chunks;
   const int part_len = kAttnPartHeader + hd;
   const int parts = hd / 32;

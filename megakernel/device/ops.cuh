@@ -101,7 +101,7 @@ __device__ void MixerOpBody(const MixerArgs& A, MixerOp op, int arg, uint8_t* sm
       break;
     }
     case MixerOp::kNormRope:
-      NormRopeHeads(A, SplitAttention(A).heads > 1);
+      NormRopeHeads(A, SplitAttention(A).team_paths());
       break;
     case MixerOp::kAttention:
       AttentionChunks(A, smem);
