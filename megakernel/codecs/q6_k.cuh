@@ -100,15 +100,8 @@ struct CodecQ3K {
                              int base, float (&acc)[R]) {
     // hmask (words 0..7), qs (8..23), the 12 scale bytes (24..26), then d (and the padding).
     uint32_t w[28];
-    const uint4* blk = reinterpret_cast<const uint4*>(row + kQ3KDeviceBlockBytes * slice);
-#pragma unroll
-    for (int c = 0; c < 7; ++c) {
-      const uint4 v = LoadStreaming(blk + c);
-      w[4 * c] = v.x;
-      w[4 * c + 1] = v.y;
-      w[4 * c + 2] = v.z;
-      w[4 * c + 3] = v.w;
-    }
+    LoadChunks<kQ3KDeviceBlockBytes / 16>(
+        reinterpret_cast<const uint4*>(row + kQ3KDeviceBlockBytes * slice), w);
     const uint32_t sc[3] = {w[24], w[25], w[26]};
     const float d = HalfBitsToFloat(w[27]);
 #pragma unroll

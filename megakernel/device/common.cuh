@@ -110,6 +110,19 @@ __device__ __forceinline__ void LoadWords(const uint8_t* p, uint32_t (&w)[N]) {
   for (int i = 0; i < N; ++i) w[i] = __funnelshift_r(a[i], a[i + 1], shift);
 }
 
+// kChunks 16-byte chunks from a 16-byte-aligned address, as 4 * kChunks little-endian words.
+template <int kChunks>
+__device__ __forceinline__ void LoadChunks(const uint4* base, uint32_t (&a)[4 * kChunks]) {
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    const uint4 v = LoadStreaming(base + c);
+    a[4 * c] = v.x;
+    a[4 * c + 1] = v.y;
+    a[4 * c + 2] = v.z;
+    a[4 * c + 3] = v.w;
+  }
+}
+
 // The same words read as the 16-byte-aligned chunks that cover them: a third of the load
 // instructions of LoadWords. Each lane of a warp reads its own block, so every load instruction
 // touches a line per block. The chunks are shifted into place by the address's word offset (two
@@ -125,14 +138,7 @@ __device__ __forceinline__ void LoadWordsWide(const uint8_t* p, uint32_t (&w)[N]
   const unsigned word = static_cast<unsigned>(addr >> 2) & 3u;
   const unsigned shift = 8u * static_cast<unsigned>(addr & 3);
   uint32_t a[4 * kChunks];
-#pragma unroll
-  for (int c = 0; c < kChunks; ++c) {
-    const uint4 v = LoadStreaming(base + c);
-    a[4 * c] = v.x;
-    a[4 * c + 1] = v.y;
-    a[4 * c + 2] = v.z;
-    a[4 * c + 3] = v.w;
-  }
+  LoadChunks<kChunks>(base, a);
   // b[i] = a[i + (word & 2)], c[i] = a[i + word]; the largest index read, N + 3, is in range.
   uint32_t b[N + 2], c[N + 1];
 #pragma unroll
