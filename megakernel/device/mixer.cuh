@@ -642,8 +642,8 @@ __device__ __noinline__ void AttentionTeamPartialsLanesOverDims(const MixerArgs&
   }
 }
 
-__device__ inline void AttentionChunks(const MixerArgs& A, uint8_t* smem) {
-  const AttentionSplit S = SplitAttention(A);
+// Every chunk's partials under the phase's split S (SplitAttention).
+__device__ inline void AttentionChunks(const MixerArgs& A, const AttentionSplit& S, uint8_t* smem) {
   const bool teams = S.team_paths();
   switch (DimsPerLane(A.dims.head_dim)) {
     case 1:
@@ -662,8 +662,9 @@ __device__ inline void AttentionChunks(const MixerArgs& A, uint8_t* smem) {
 
 // Attention phase 1 up to the merge: the step's heads, then every chunk's partials.
 __device__ inline void AttentionPartials(const MixerArgs& A, uint8_t* smem) {
-  NormRopeHeads(A, SplitAttention(A).team_paths());
-  AttentionChunks(A, smem);
+  const AttentionSplit S = SplitAttention(A);
+  NormRopeHeads(A, S.team_paths());
+  AttentionChunks(A, S, smem);
 }
 
 // The end of attention phase 1: merge the chunks of each (row, head), apply the sigmoid output

@@ -104,7 +104,7 @@ __device__ void MixerOpBody(const MixerArgs& A, MixerOp op, int arg, uint8_t* sm
       NormRopeHeads(A, SplitAttention(A).team_paths());
       break;
     case MixerOp::kAttention:
-      AttentionChunks(A, smem);
+      AttentionChunks(A, SplitAttention(A), smem);
       break;
     case MixerOp::kAttentionMerge:
       AttentionCombine(A);
