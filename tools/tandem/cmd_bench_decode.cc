@@ -181,12 +181,13 @@ absl::StatusOr<double> TimeSteps(megakernel::GpuRunner& gpu, int rows, int pos, 
   return Median(std::move(times));
 }
 
-// Where a decode step's time goes, from block 0's clock at every phase start (megakernel mode,
+// Where a step of `rows` rows goes, from block 0's clock at every phase start (megakernel mode,
 // graph replay as in the timed runs): the mean microseconds of each phase per layer of each kind
 // (a phase's time includes the grid barrier that ends it), and the mean gap from the end of one
 // layer-half launch to the start of the next (the launch's tail on other blocks + launch latency).
-absl::Status PhaseTimeline(megakernel::GpuRunner& gpu, const model::HParams& hp, int pos, int steps,
-                           std::mt19937& rng, nlohmann::json* out) {
+// Multi-row steps are rolled back after each, as in TimeSteps.
+absl::Status PhaseTimeline(megakernel::GpuRunner& gpu, const model::HParams& hp, int rows, int pos,
+                           int steps, std::mt19937& rng, nlohmann::json* out) {
   using megakernel::kTimelineSlots;
   static const char* const kNames[3][kTimelineSlots] = {
       {"projections", "attention_merge", "out_proj"},
@@ -200,10 +201,11 @@ absl::Status PhaseTimeline(megakernel::GpuRunner& gpu, const model::HParams& hp,
   double sum[3][kTimelineSlots] = {}, gap_sum = 0;
   int count[3] = {}, gaps = 0;
   TANDEM_RETURN_IF_ERROR(gpu.set_timeline(true));
-  std::vector<int32_t> token(1), argmax;
+  std::vector<int32_t> tokens(rows), argmax;
   for (int i = 0; i <= steps; ++i) {  // step 0 captures the graph
-    token[0] = static_cast<int32_t>(rng() % hp.n_vocab);
-    TANDEM_RETURN_IF_ERROR(gpu.Forward(token, pos, false, nullptr, &argmax, nullptr, nullptr));
+    for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % hp.n_vocab);
+    TANDEM_RETURN_IF_ERROR(gpu.Forward(tokens, pos, false, nullptr, &argmax, nullptr, nullptr));
+    if (rows > 1) TANDEM_RETURN_IF_ERROR(gpu.Rollback(rows, 1));
     if (i == 0) continue;
     TANDEM_ASSIGN_OR_RETURN(const std::vector<uint64_t> stamps, gpu.ReadTimeline());
     int64_t prev_end = 0;
@@ -225,7 +227,8 @@ absl::Status PhaseTimeline(megakernel::GpuRunner& gpu, const model::HParams& hp,
     }
   }
   TANDEM_RETURN_IF_ERROR(gpu.set_timeline(false));
-  std::printf("  phase timeline, mean us per layer (block 0's clock, %d steps):", steps);
+  std::printf("  phase timeline of %d-row steps, mean us per layer (block 0's clock, %d steps):",
+              rows, steps);
   for (int kind = 0; kind < 3; ++kind) {
     if (count[kind] == 0) continue;
     std::printf("\n    %-9s", kKinds[kind]);
@@ -365,11 +368,16 @@ int BenchDecode(const Options& o, const engine::EngineOptions& base,
         }
       }
       gpu.set_mode(megakernel::KernelMode::kMegakernel);
-      nlohmann::json phases;
-      if (auto s = PhaseTimeline(gpu, (*engine)->hparams(), ctx, 8, rng, &phases); !s.ok()) {
+      nlohmann::json phases, verify4_phases;
+      if (auto s = PhaseTimeline(gpu, (*engine)->hparams(), 1, ctx, 8, rng, &phases); !s.ok()) {
+        return BenchFail(s);
+      }
+      if (auto s = PhaseTimeline(gpu, (*engine)->hparams(), 4, ctx, 8, rng, &verify4_phases);
+          !s.ok()) {
         return BenchFail(s);
       }
       run["phase_us"] = phases;
+      run["verify4_phase_us"] = verify4_phases;
       run["speedup_vs_per_op"] = run["per_op_ms_per_token"].get<double>() / run["ms_per_token"].get<double>();
       std::printf(
           "%-28s ctx %6d: %8.1f tok/s  %.3f of HBM  per-op %8.1f tok/s (x%.2f, %d launches)  "
