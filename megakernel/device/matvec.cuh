@@ -185,6 +185,27 @@ __device__ __forceinline__ void SplitRows(MatVecJob& job, int repeats = 1) {
   job.units = (job.m.rows + rows_per_warp - 1) / rows_per_warp;
 }
 
+// Row sums of one matrix row for the job's rows. A unit of an expert that only one row of a
+// multi-row step chose (most of a verify step's experts) runs the one-row loop at that row's
+// activations; its sum fills every entry, and RunUnit writes only the mask's row. The R-row loop
+// spends its per-row work on every row it is compiled for: a 4-row step's expert phases took 2.7x
+// a decode step's for 1.57x the bytes (docs/perf/megakernel.md, session 32).
+template <int R>
+__device__ __forceinline__ RowSums<R> UnitDot(int type, const uint8_t* row, int n, int lane_g,
+                                              int G, const MatVecJob& job) {
+  if constexpr (R > 1) {
+    if (__popc(job.mask) == 1) {
+      const int p = ActRow(job.mask, job.act_base, __ffs(job.mask) - 1);
+      const RowSums<1> one = RowDot<1>(type, row, n, lane_g, G, *job.act, 1u, p);
+      RowSums<R> all;
+#pragma unroll
+      for (int r = 0; r < R; ++r) all.v[r] = one.v[0];
+      return all;
+    }
+  }
+  return RowDot<R>(type, row, n, lane_g, G, *job.act, job.mask, job.act_base);
+}
+
 // Unit u of job j (rows u*RPW .. of m), executed by the calling warp.
 template <int R>
 __device__ __forceinline__ void RunUnit(const MatVecJob& job, int u) {
@@ -193,12 +214,12 @@ __device__ __forceinline__ void RunUnit(const MatVecJob& job, int u) {
   const int row = u * (32 / G) + Lane() / G;
   const bool active = row < job.m.rows;
   const RowSums<R> acc =
-      RowDot<R>(job.m.type, active ? job.m.data + row * job.m.row_bytes : nullptr, job.slices,
-                lane_g, G, *job.act, job.mask, job.act_base);
+      UnitDot<R>(job.m.type, active ? job.m.data + row * job.m.row_bytes : nullptr, job.slices,
+                 lane_g, G, job);
   RowSums<R> acc2;
   if (job.mode == OutMode::kSwiGlu) {
-    acc2 = RowDot<R>(job.m2.type, active ? job.m2.data + row * job.m2.row_bytes : nullptr,
-                     job.slices2, lane_g, G, *job.act, job.mask, job.act_base);
+    acc2 = UnitDot<R>(job.m2.type, active ? job.m2.data + row * job.m2.row_bytes : nullptr,
+                      job.slices2, lane_g, G, job);
   }
   if (!active || lane_g != 0) return;
 #pragma unroll
