@@ -24,7 +24,7 @@ for half in ${HALVES:-Moe Mixer}; do
   rep="$name.ncu-rep"
   ncu --set full --import-source no --clock-control none --cache-control "${CACHE:-all}" \
     --kernel-name-base demangled \
-    --kernel-name "regex:${half}Kernel<\\(int\\)1>" --launch-skip "$skip" --launch-count 1 -f -o "$name" \
+    --kernel-name "regex:${half}Kernel<\\(int\\)1[,>]" --launch-skip "$skip" --launch-count 1 -f -o "$name" \
     "$dir/tandem" bench decode --backend cuda -m "${MODEL:-synth:qwen3-30b-a3b}" --contexts 512 --steps 8 \
     > "${name}_run.log" 2>&1 || tail -5 "${name}_run.log"
   echo "ncu $half rc=$?"
