@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Profiles one decode launch of each layer half (MoeKernel<1>, MixerKernel<1>) of $MODEL
+# Profiles one decode launch of each layer half (MoeKernel<1>, MixerKernel<1, kind>) of $MODEL
 # (default synth:qwen3-30b-a3b) with Nsight Compute's full set, and dumps the binary's SASS and
 # resource usage. Usage: ncu_layer.sh DIR [SKIP] where DIR holds a carried `tandem`; SKIP (default
-# 150) counts launches of that kernel to pass over, past the bench's warm-up. Prints, per half,
+# 150) counts launches of that kernel to pass over, past the bench's warm-up. The mixer filter
+# takes both layer kinds' kernels, so on a hybrid shape the profiled launch is whichever kind the
+# SKIP-th mixer launch is (flash-next-125b at 150: a DeltaNet layer; the report names it). Prints, per half,
 # the launch's time and stalls and the code it executed (SASS instructions with a nonzero count
 # x 16 bytes: what the instruction cache must hold, docs/perf/megakernel.md). Writes to $OUT:
 # <half>_details.txt (sections, then stall reasons per issued instruction),
