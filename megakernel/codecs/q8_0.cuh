@@ -40,4 +40,67 @@ struct CodecQ8_0 {
   }
 };
 
+// Q8_0 on the tensor cores, for products of several step rows (sm_80+): a warp multiplies 16
+// weight rows by the step's rows (up to 8) over a range of blocks, one mma.sync m16n8k32 on int8
+// a block. Lane (g = lane / 4, t = lane % 4) holds bytes 8t .. 8t + 7 of a block's quants for
+// weight rows g and g + 8, and the same bytes of step row g's activations: the mma's k slots
+// 4t .. 4t + 3 take the first four, 16 + 4t .. the other four, in both operands, so the sum over
+// k is the block's dot product. The lane gets rows g and g + 8 at step rows 2t and 2t + 1.
+// Kept in int32 per block (32 products of |x| <= 127), then scaled as the dp4a path does.
+inline constexpr int kQ8TileRows = 16;
+inline constexpr int kQ8TileUnroll = 4;  // blocks whose loads go out together
+
+struct Q8TileRows {
+  const uint8_t* lo = nullptr;  // weight row g of the tile
+  const uint8_t* hi = nullptr;  // weight row g + 8
+  const int8_t* x = nullptr;    // step row g's activations (null: a row the step does not have)
+  const float* d0 = nullptr;    // activation scales of step rows 2t and 2t + 1 (null: none)
+  const float* d1 = nullptr;
+};
+
+// acc[0..3] += rows (g, g + 8) x step rows (2t, 2t + 1) over blocks b0 .. b1 - 1.
+__device__ __forceinline__ void Q8TileDot(const Q8TileRows& rows, int b0, int b1, float (&acc)[4]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const int t = static_cast<int>(threadIdx.x) & 3;
+  for (int bb = b0; bb < b1; bb += kQ8TileUnroll) {
+    uint32_t wl[kQ8TileUnroll][2], wh[kQ8TileUnroll][2];
+    uint32_t sl[kQ8TileUnroll], sh[kQ8TileUnroll];
+#pragma unroll
+    for (int u = 0; u < kQ8TileUnroll; ++u) {
+      const int b = min(bb + u, b1 - 1);  // past the range: the last block again, not applied
+      LoadWords<2>(rows.lo + 34 * b + 2 + 8 * t, wl[u]);
+      LoadWords<2>(rows.hi + 34 * b + 2 + 8 * t, wh[u]);
+      sl[u] = LoadStreaming(reinterpret_cast<const unsigned short*>(rows.lo + 34 * b));
+      sh[u] = LoadStreaming(reinterpret_cast<const unsigned short*>(rows.hi + 34 * b));
+    }
+#pragma unroll
+    for (int u = 0; u < kQ8TileUnroll; ++u) {
+      const int b = bb + u;
+      if (b >= b1) break;
+      uint2 xv = make_uint2(0u, 0u);
+      if (rows.x != nullptr) xv = *reinterpret_cast<const uint2*>(rows.x + 32 * b + 8 * t);
+      int c[4];
+      asm volatile(
+          "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+          "{%8,%9}, {%10,%10,%10,%10};"
+          : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+          : "r"(wl[u][0]), "r"(wh[u][0]), "r"(wl[u][1]), "r"(wh[u][1]), "r"(xv.x), "r"(xv.y),
+            "r"(0));
+      const float da0 = rows.d0 != nullptr ? rows.d0[b] : 0.0f;
+      const float da1 = rows.d1 != nullptr ? rows.d1[b] : 0.0f;
+      const float dl = HalfBitsToFloat(sl[u]), dh = HalfBitsToFloat(sh[u]);
+      acc[0] += da0 * dl * static_cast<float>(c[0]);
+      acc[1] += da1 * dl * static_cast<float>(c[1]);
+      acc[2] += da0 * dh * static_cast<float>(c[2]);
+      acc[3] += da1 * dh * static_cast<float>(c[3]);
+    }
+  }
+#else
+  (void)rows;
+  (void)b0;
+  (void)b1;
+  (void)acc;
+#endif
+}
+
 }  // namespace tandem::megakernel

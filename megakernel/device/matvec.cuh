@@ -185,6 +185,34 @@ __device__ __forceinline__ void SplitRows(MatVecJob& job, int repeats = 1) {
   job.units = (job.m.rows + rows_per_warp - 1) / rows_per_warp;
 }
 
+// Q8_0 products of several step rows as 16-row tiles on the tensor cores (RunTile) instead of
+// warp units, sm_80+, in the 8-row kernels only. The dp4a loop does each step row's work again for
+// every weight. Measured on the H200 (docs/perf/megakernel.md, session 33): tiles made 8-row
+// verify steps 4-7% faster, but ran the 4-row steps' dense projections 5-11% slower, so the 4-row
+// kernels keep the dp4a loop. Decided per kernel, not stored in the job, so that the one- and
+// four-row kernels compile none of it.
+__host__ __device__ constexpr bool TileKernel(int R) { return R > 4; }
+
+// Whether the R-row kernel runs `job` as tiles; WarpUnits and Tiles count its work either way.
+template <int R>
+__device__ __forceinline__ bool Tiled(const MatVecJob& job) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (TileKernel(R)) {
+    return job.m.type == static_cast<int>(quant::GgmlType::kQ8_0) && job.mode != OutMode::kSwiGlu &&
+           __popc(job.mask) >= 2;
+  }
+#endif
+  return false;
+}
+template <int R>
+__device__ __forceinline__ int WarpUnits(const MatVecJob& job) {
+  return Tiled<R>(job) ? 0 : job.units;
+}
+template <int R>
+__device__ __forceinline__ int Tiles(const MatVecJob& job) {
+  return Tiled<R>(job) ? (job.m.rows + kQ8TileRows - 1) / kQ8TileRows : 0;
+}
+
 // Row sums of one matrix row for the job's rows. A unit of an expert that only one row of a
 // multi-row step chose (most of a verify step's experts) runs the one-row loop at that row's
 // activations; its sum fills every entry, and RunUnit writes only the mask's row. The R-row loop
@@ -272,14 +300,79 @@ __device__ __forceinline__ void SetJob(int i, const Matrix& m, const ActSet* act
   SplitRows(j);
 }
 
-// Runs every unit of jobs[0..n) over all warps of the grid.
+// Tile t of a tiled job (rows t * kQ8TileRows ..), on every warp of the calling block: warp w
+// takes the w-th share of the row's blocks, and the block adds the warps' sums in warp order.
+template <int R>
+__device__ inline void RunTile(const MatVecJob& job, int t) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  __shared__ float tile_sum[kWarpsPerBlock][32][4];
+  const Matrix& m = job.m;
+  const ActSet& a = *job.act;
+  const int g = Lane() >> 2, lt = Lane() & 3;
+  const int row0 = t * kQ8TileRows, nb = m.cols / 32;
+  // The activation row of step row r, or -1 where the step has no such row.
+  auto act_row = [&](int r) {
+    return r < R && (job.mask >> r & 1u) != 0 ? ActRow(job.mask, job.act_base, r) : -1;
+  };
+  Q8TileRows rows;
+  rows.lo = m.data + static_cast<int64_t>(min(row0 + g, m.rows - 1)) * m.row_bytes;
+  rows.hi = m.data + static_cast<int64_t>(min(row0 + g + 8, m.rows - 1)) * m.row_bytes;
+  const int pg = act_row(g), p0 = act_row(2 * lt), p1 = act_row(2 * lt + 1);
+  if (pg >= 0) rows.x = a.q + static_cast<int64_t>(pg) * a.cols;
+  if (p0 >= 0) rows.d0 = a.d + p0 * nb;
+  if (p1 >= 0) rows.d1 = a.d + p1 * nb;
+  float acc[4] = {0, 0, 0, 0};
+  Q8TileDot(rows, Warp() * nb / kWarpsPerBlock, (Warp() + 1) * nb / kWarpsPerBlock, acc);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) tile_sum[Warp()][Lane()][i] = acc[i];
+  __syncthreads();
+  const int o = static_cast<int>(threadIdx.x);
+  if (o < kQ8TileRows * 8) {
+    const int tr = o / 8, n = o % 8;  // tile row, step row
+    const int lane = 4 * (tr & 7) + n / 2, slot = (tr >= 8 ? 2 : 0) + (n & 1);
+    float sum = 0;
+    for (int w = 0; w < kWarpsPerBlock; ++w) sum += tile_sum[w][lane][slot];
+    const int row = row0 + tr;
+    if (n < R && (job.mask >> n & 1u) != 0 && row < m.rows) {
+      float* out =
+          job.out + static_cast<int64_t>(ActRow(job.mask, job.out_base, n)) * job.out_stride + row;
+      if (job.mode == OutMode::kAdd) {
+        *out += sum;
+      } else {
+        *out = sum;
+      }
+    }
+  }
+  __syncthreads();  // tile_sum is read before the next tile writes it
+#else
+  (void)job;
+  (void)t;
+#endif
+}
+
+// Every tile of jobs[0..n), block by block; every thread of the block calls it.
+template <int R>
+__device__ __forceinline__ void RunTileJobs(const MatVecJob* jobs, int n) {
+  if constexpr (TileKernel(R)) {
+    int total = 0;
+    for (int j = 0; j < n; ++j) total += Tiles<R>(jobs[j]);
+    int j = 0, first = 0;
+    for (int t = static_cast<int>(blockIdx.x); t < total; t += static_cast<int>(gridDim.x)) {
+      while (t - first >= Tiles<R>(jobs[j])) first += Tiles<R>(jobs[j++]);
+      RunTile<R>(jobs[j], t - first);
+    }
+  }
+}
+
+// Runs every unit of jobs[0..n) over all warps of the grid (tiles first, block by block).
 template <int R>
 __device__ __forceinline__ void RunJobs(const MatVecJob* jobs, int n) {
+  RunTileJobs<R>(jobs, n);
   int total = 0;
-  for (int j = 0; j < n; ++j) total += jobs[j].units;
+  for (int j = 0; j < n; ++j) total += WarpUnits<R>(jobs[j]);
   int j = 0, first = 0;  // the job of unit u, and that job's first unit
   for (int u = GlobalWarp(); u < total; u += GridWarps()) {
-    while (u - first >= jobs[j].units) first += jobs[j++].units;
+    while (u - first >= WarpUnits<R>(jobs[j])) first += WarpUnits<R>(jobs[j++]);
     RunUnit<R>(jobs[j], u - first);
   }
 }

@@ -382,7 +382,8 @@ __device__ void MoeExpertUpPhase(const MoeArgs& A, uint8_t* smem, bool router_in
 
   if (blockIdx.x == 0) PublishRoutes(A, rt, xs);
 
-  RunExpertUp<R>(A, rt, act, A.has_shexp ? Plan().job[0].units : 0);
+  RunTileJobs<R>(Plan().job, A.has_shexp ? 1 : 0);  // the shared expert's down, where tiled
+  RunExpertUp<R>(A, rt, act, A.has_shexp ? WarpUnits<R>(Plan().job[0]) : 0);
 }
 
 // The down projection of every resident chosen expert of `rt` for its rows, over all warps of
