@@ -104,7 +104,7 @@ __global__ void __launch_bounds__(kBlockThreads) MatVecKernel(const __grid_const
   float* unused;
   ActSet a = CarveActs(cursor, n_rows, m.cols, false, &unused);
   a.x = x;
-  QuantizeRows(x, m.cols, n_rows, a);
+  QuantizeRows<PrologueBatch(R)>(x, m.cols, n_rows, a);
   SetJob(0, m, PublishActs(0, a), RowMask(n_rows), out, m.rows);
   __syncthreads();
   RunJobs<R>(Plan().job, 1);

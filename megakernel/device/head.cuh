@@ -51,8 +51,8 @@ __device__ void HeadLogits(const HeadArgs& A, uint8_t* smem) {
   const ModelDims& D = A.dims;
   const int n = A.in->n_logit_rows, H = D.n_embd;
   uint8_t* cursor = smem;
-  const ActSet a = NormedActs(cursor, A.s.x + static_cast<int64_t>(A.in->logits_row0) * H, n, H,
-                              A.norm, D.rms_eps);
+  const ActSet a = NormedActs<PrologueBatch(R)>(
+      cursor, A.s.x + static_cast<int64_t>(A.in->logits_row0) * H, n, H, A.norm, D.rms_eps);
   SetJob(0, A.output, PublishActs(0, a), RowMask(n), A.s.logits, D.n_vocab);
   __syncthreads();
   RunJobs<R>(Plan().job, 1);

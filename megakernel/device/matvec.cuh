@@ -44,28 +44,45 @@ __device__ __forceinline__ ActSet CarveActs(uint8_t*& cursor, int n, int cols, b
   return a;
 }
 
+// Rows (NormRows) or warp steps of blocks (QuantizeRows) whose loads a prologue of the R-row
+// kernels issues together. One at a time, the loads of a 4-row step went out as four dependent
+// round trips; batched in the one-row kernels too, decode lost 4-7% (session 33: the
+// unrolled copies cost more than the round trips they saved), so those keep one.
+__host__ __device__ constexpr int PrologueBatch(int R) { return R > 1 ? 4 : 1; }
+
 // dst[r] = RMSNorm(src[r]) * w for n <= kMaxRows rows (w may be null). Block-level: every thread
 // takes columns t, t + kBlockThreads, ... of every row, so a row costs one round of independent
 // loads per kBlockThreads columns (one warp per row cost ~8 µs of dependent round trips per
 // phase at 2,048 columns: ncu per-op profile, 2026-11-29). The weights are read with the rows,
-// not after the sum, so that a norm waits for one round of global loads instead of two.
-// dst may alias src.
+// not after the sum, so that a norm waits for one round of global loads instead of two. Rows go
+// kBatch at a time, loads first; a batch past the last row loads the last row again and stores
+// nothing. dst may alias src: a thread reads and writes only its own columns.
+template <int kBatch>
 __device__ __forceinline__ void NormRows(const float* src, int src_stride, int n, int cols,
                                          const float* w, float eps, float* dst) {
   __shared__ float partial[kWarpsPerBlock][kMaxRows];
   __shared__ float scale[kMaxRows];
-  for (int r = 0; r < n; ++r) {
-    const float* x = src + static_cast<int64_t>(r) * src_stride;
-    float* y = dst + static_cast<int64_t>(r) * cols;
-    float ss = 0;
-#pragma unroll 4
+  for (int r0 = 0; r0 < n; r0 += kBatch) {
+    float ss[kBatch] = {};
+#pragma unroll(kBatch == 1 ? 4 : 2)
     for (int i = threadIdx.x; i < cols; i += kBlockThreads) {
-      const float v = x[i];
-      y[i] = v * (w != nullptr ? w[i] : 1.0f);
-      ss += v * v;
+      const float wi = w != nullptr ? w[i] : 1.0f;
+      float v[kBatch];
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) {
+        v[k] = src[static_cast<int64_t>(min(r0 + k, n - 1)) * src_stride + i];
+      }
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) {
+        if (r0 + k < n) dst[static_cast<int64_t>(r0 + k) * cols + i] = v[k] * wi;
+        ss[k] += v[k] * v[k];
+      }
     }
-    ss = WarpSum(ss);
-    if (Lane() == 0) partial[Warp()][r] = ss;
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      const float sum = WarpSum(ss[k]);
+      if (Lane() == 0 && r0 + k < n) partial[Warp()][r0 + k] = sum;
+    }
   }
   __syncthreads();
   if (static_cast<int>(threadIdx.x) < n) {
@@ -84,56 +101,64 @@ __device__ __forceinline__ void NormRows(const float* src, int src_stride, int n
 }
 
 // Quantises n rows of `cols` fp32 values (row stride `stride`) into a's int8 blocks (and block
-// sums d·Σq): eight lanes
-// per 32-value block, four values each, four blocks per warp step (the loop is warp-uniform so
-// that the shuffles always see the whole warp). Block-level; __syncthreads() before reading a.
+// sums d·Σq): eight lanes per 32-value block, four values each, four blocks per warp step, and
+// kBatch steps' loads issued before any is used (a step past the last block loads the last
+// block again and stores nothing). The loop is warp-uniform so that the shuffles always see the
+// whole warp. Block-level; __syncthreads() before reading a.
+template <int kBatch>
 __device__ __forceinline__ void QuantizeRows(const float* x, int stride, int n, const ActSet& a) {
   const int blocks_per_row = a.cols / 32;
   const int total = n * blocks_per_row;
   const int sub = Lane() & 7;
-  for (int first = Warp() * 4; first < total; first += kWarpsPerBlock * 4) {
-    const int blk = first + (Lane() >> 3);
-    const bool valid = blk < total;
-    const int r = valid ? blk / blocks_per_row : 0, b = valid ? blk % blocks_per_row : 0;
-    float4 v = make_float4(0, 0, 0, 0);
-    if (valid) {
-      v = *reinterpret_cast<const float4*>(x + static_cast<int64_t>(r) * stride + 32 * b + 4 * sub);
+  constexpr int kStep = kWarpsPerBlock * 4;  // blocks a block's warps take per step
+  for (int first = Warp() * 4; first < total; first += kStep * kBatch) {
+    float4 v[kBatch];
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      const int blk = min(first + (Lane() >> 3) + k * kStep, total - 1);
+      const int r = blk / blocks_per_row, b = blk % blocks_per_row;
+      v[k] =
+          *reinterpret_cast<const float4*>(x + static_cast<int64_t>(r) * stride + 32 * b + 4 * sub);
     }
-    float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-    float sum;
-    for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, o));
-    const float d = amax / 127.0f;
-    const float id = d > 0 ? 1.0f / d : 0.0f;
-    const int q0 = __float2int_rn(v.x * id), q1 = __float2int_rn(v.y * id);
-    const int q2 = __float2int_rn(v.z * id), q3 = __float2int_rn(v.w * id);
-    // The block sum of the quantised values (times d): formats with minimums subtract
-    // min · Σx, and using the same quantised x there as in the dot product keeps the two terms'
-    // errors from adding up (the dot product is then exactly that of the quantised row).
-    int isum = (q0 + q1) + (q2 + q3);
-    for (int o = 4; o > 0; o >>= 1) isum += __shfl_xor_sync(kFullMask, isum, o);
-    sum = d * static_cast<float>(isum);
-    if (!valid) continue;
-    const uint32_t q = (static_cast<uint32_t>(q0) & 0xffu) | (static_cast<uint32_t>(q1) & 0xffu) << 8 |
-                       (static_cast<uint32_t>(q2) & 0xffu) << 16 |
-                       (static_cast<uint32_t>(q3) & 0xffu) << 24;
-    *reinterpret_cast<uint32_t*>(const_cast<int8_t*>(a.q) + static_cast<int64_t>(r) * a.cols +
-                                 32 * b + 4 * sub) = q;
-    if (sub == 0) {
-      const_cast<float*>(a.d)[blk] = d;
-      const_cast<float*>(a.s)[blk] = sum;
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      const int blk = first + (Lane() >> 3) + k * kStep;
+      float amax = fmaxf(fmaxf(fabsf(v[k].x), fabsf(v[k].y)), fmaxf(fabsf(v[k].z), fabsf(v[k].w)));
+      for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, o));
+      const float d = amax / 127.0f;
+      const float id = d > 0 ? 1.0f / d : 0.0f;
+      const int q0 = __float2int_rn(v[k].x * id), q1 = __float2int_rn(v[k].y * id);
+      const int q2 = __float2int_rn(v[k].z * id), q3 = __float2int_rn(v[k].w * id);
+      // The block sum of the quantised values (times d): formats with minimums subtract
+      // min · Σx, and using the same quantised x there as in the dot product keeps the two terms'
+      // errors from adding up (the dot product is then exactly that of the quantised row).
+      int isum = (q0 + q1) + (q2 + q3);
+      for (int o = 4; o > 0; o >>= 1) isum += __shfl_xor_sync(kFullMask, isum, o);
+      if (blk >= total) continue;
+      const int r = blk / blocks_per_row, b = blk % blocks_per_row;
+      const uint32_t q =
+          (static_cast<uint32_t>(q0) & 0xffu) | (static_cast<uint32_t>(q1) & 0xffu) << 8 |
+          (static_cast<uint32_t>(q2) & 0xffu) << 16 | (static_cast<uint32_t>(q3) & 0xffu) << 24;
+      *reinterpret_cast<uint32_t*>(const_cast<int8_t*>(a.q) + static_cast<int64_t>(r) * a.cols +
+                                   32 * b + 4 * sub) = q;
+      if (sub == 0) {
+        const_cast<float*>(a.d)[blk] = d;
+        const_cast<float*>(a.s)[blk] = d * static_cast<float>(isum);
+      }
     }
   }
 }
 
 // Block-level: RMSNorm(rows of src) * w into a new activation set carved at `cursor` (fp32 copy
 // in shared memory), then quantised. The caller's next __syncthreads() publishes it.
+template <int kBatch>
 __device__ __forceinline__ ActSet NormedActs(uint8_t*& cursor, const float* src, int n, int cols,
                                              const float* w, float eps) {
   float* xs;
   const ActSet a = CarveActs(cursor, n, cols, true, &xs);
-  NormRows(src, cols, n, cols, w, eps, xs);
+  NormRows<kBatch>(src, cols, n, cols, w, eps, xs);
   __syncthreads();
-  QuantizeRows(xs, cols, n, a);
+  QuantizeRows<kBatch>(xs, cols, n, a);
   return a;
 }
 

@@ -97,7 +97,8 @@ __device__ void MixerProjections(const MixerArgs& A, uint8_t* smem) {
   const ModelDims& D = A.dims;
   const int B = A.in->n_rows;
   uint8_t* cursor = smem;
-  const ActSet* act = PublishActs(0, NormedActs(cursor, A.s.x, B, D.n_embd, A.norm, D.rms_eps));
+  const ActSet* act =
+      PublishActs(0, NormedActs<PrologueBatch(R)>(cursor, A.s.x, B, D.n_embd, A.norm, D.rms_eps));
   const unsigned mask = RowMask(B);
   float* proj = A.s.proj;
   const int ps = A.s.proj_stride;
@@ -736,7 +737,7 @@ __device__ void AttentionOutput(const MixerArgs& A, uint8_t* smem) {
   float* unused;
   ActSet a = CarveActs(cursor, B, cols, false, &unused);
   a.x = A.s.mix;
-  QuantizeRows(A.s.mix, cols, B, a);
+  QuantizeRows<PrologueBatch(R)>(A.s.mix, cols, B, a);
   SetJob(0, A.att.wo, PublishActs(0, a), RowMask(B), A.s.x, D.n_embd, OutMode::kAdd);
   __syncthreads();
   RunJobs<R>(Plan().job, 1);
@@ -955,7 +956,7 @@ __device__ void DeltaNetOutput(const MixerArgs& A, uint8_t* smem) {
   ActSet a = CarveActs(cursor, B, d_inner, true, &xs);
   GatedNormHeads(A, xs, Warp(), kWarpsPerBlock);
   __syncthreads();
-  QuantizeRows(xs, d_inner, B, a);
+  QuantizeRows<PrologueBatch(R)>(xs, d_inner, B, a);
   SetJob(0, A.dn.out, PublishActs(0, a), RowMask(B), A.s.x, D.n_embd, OutMode::kAdd);
   __syncthreads();
   RunJobs<R>(Plan().job, 1);

@@ -209,7 +209,8 @@ __device__ void MoeRouterPhase(const MoeArgs& A, uint8_t* smem) {
   const ModelDims& D = A.dims;
   const int B = A.in->n_rows;
   uint8_t* cursor = smem;
-  const ActSet* act = PublishActs(0, NormedActs(cursor, A.s.x, B, D.n_embd, A.norm, D.rms_eps));
+  const ActSet* act =
+      PublishActs(0, NormedActs<PrologueBatch(R)>(cursor, A.s.x, B, D.n_embd, A.norm, D.rms_eps));
   int n = 0;
   SetJob(n++, A.router, act, RowMask(B), A.s.router, D.n_expert);
   if (A.has_shexp) {
@@ -371,10 +372,10 @@ __device__ void MoeExpertUpPhase(const MoeArgs& A, uint8_t* smem, bool router_in
     sh = CarveActs(cursor, B, D.n_ff_shexp, false, &unused);
     sh.x = A.s.sh_act;
   }
-  if (!router_in_launch) NormRows(A.s.x, H, B, H, A.norm, D.rms_eps, xs);
+  if (!router_in_launch) NormRows<PrologueBatch(R)>(A.s.x, H, B, H, A.norm, D.rms_eps, xs);
   RouteRows<R>(A, rt, route_scratch);  // starts and ends with __syncthreads()
-  if (!router_in_launch) QuantizeRows(xs, H, B, a);
-  if (A.has_shexp) QuantizeRows(A.s.sh_act, D.n_ff_shexp, B, sh);
+  if (!router_in_launch) QuantizeRows<PrologueBatch(R)>(xs, H, B, a);
+  if (A.has_shexp) QuantizeRows<PrologueBatch(R)>(A.s.sh_act, D.n_ff_shexp, B, sh);
   const ActSet* act = PublishActs(0, a);
   const ActSet* sh_act = PublishActs(1, sh);
   if (A.has_shexp) SetJob(0, A.sh_down, sh_act, RowMask(B), A.s.sh_out, H);
@@ -420,7 +421,7 @@ __device__ void MoeExpertDownPhase(const MoeArgs& A, uint8_t* smem) {
   float* unused;
   ActSet a = CarveActs(cursor, n_pairs, D.n_ff_exp, false, &unused);
   a.x = A.s.exp_act;
-  QuantizeRows(A.s.exp_act, D.n_ff_exp, n_pairs, a);
+  QuantizeRows<PrologueBatch(R)>(A.s.exp_act, D.n_ff_exp, n_pairs, a);
   const ActSet* act = PublishActs(0, a);
   __syncthreads();
   RunExpertDown<R>(A, rt, act);

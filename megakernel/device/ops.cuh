@@ -27,19 +27,20 @@ __device__ __forceinline__ ActSet InputActs(const Scratch& s, int n, int cols) {
 }
 
 // The first operation of each half and of the head, on one block: RMSNorm(rows of src) * w into
-// InputActs' fp32 rows.
+// InputActs' fp32 rows. Per-op prologues load one row (warp step) at a time, as the one-row
+// megakernels do; batching changes no sum, only when loads go out.
 __device__ __forceinline__ void NormOp(const Scratch& s, const float* src, int n, int cols,
                                        const float* w, float eps) {
   float* xs;
   OpActs(s, 0, n, cols, true, &xs);
-  NormRows(src, cols, n, cols, w, eps, xs);
+  NormRows<1>(src, cols, n, cols, w, eps, xs);
 }
 
 // The quantisation operations, on one block: the fp32 rows an activation set names (a.x) into
 // its int8 blocks. Each set below says once where its rows are, for its quantisation and for
 // the product that reads it.
 __device__ __forceinline__ void QuantizeActs(const ActSet& a, int n) {
-  QuantizeRows(a.x, a.cols, n, a);
+  QuantizeRows<1>(a.x, a.cols, n, a);
 }
 
 // The output projection's input, in op_act[1]: the gated-normed DeltaNet rows (kGatedNorm writes
