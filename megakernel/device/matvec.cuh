@@ -259,6 +259,11 @@ __device__ __forceinline__ RowSums<R> UnitDot(int type, const uint8_t* row, int 
   return RowDot<R>(type, row, n, lane_g, G, *job.act, job.mask, job.act_base);
 }
 
+// Where output `row` of the job's product for step row r goes.
+__device__ __forceinline__ float* OutAt(const MatVecJob& job, int r, int row) {
+  return job.out + static_cast<int64_t>(ActRow(job.mask, job.out_base, r)) * job.out_stride + row;
+}
+
 // Unit u of job j (rows u*RPW .. of m), executed by the calling warp.
 template <int R>
 __device__ __forceinline__ void RunUnit(const MatVecJob& job, int u) {
@@ -278,7 +283,7 @@ __device__ __forceinline__ void RunUnit(const MatVecJob& job, int u) {
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     if (!(job.mask >> r & 1u)) continue;
-    float* o = job.out + static_cast<int64_t>(ActRow(job.mask, job.out_base, r)) * job.out_stride + row;
+    float* o = OutAt(job, r, row);
     if (job.mode == OutMode::kStore) {
       *o = acc.v[r];
     } else if (job.mode == OutMode::kAdd) {
@@ -359,8 +364,7 @@ __device__ inline void RunTile(const MatVecJob& job, int t) {
     for (int w = 0; w < kWarpsPerBlock; ++w) sum += tile_sum[w][lane][slot];
     const int row = row0 + tr;
     if (n < R && (job.mask >> n & 1u) != 0 && row < m.rows) {
-      float* out =
-          job.out + static_cast<int64_t>(ActRow(job.mask, job.out_base, n)) * job.out_stride + row;
+      float* out = OutAt(job, n, row);
       if (job.mode == OutMode::kAdd) {
         *out += sum;
       } else {
@@ -375,17 +379,28 @@ __device__ inline void RunTile(const MatVecJob& job, int t) {
 #endif
 }
 
+// Numbers the items of jobs[0..n) in job order (job j has count(jobs[j]) of them) and calls
+// run(job, the item's index in its job) for items start, start + stride, ...
+template <class Count, class Run>
+__device__ __forceinline__ void ForEachJobItem(const MatVecJob* jobs, int n, int start, int stride,
+                                               Count count, Run run) {
+  int total = 0;
+  for (int j = 0; j < n; ++j) total += count(jobs[j]);
+  int j = 0, first = 0;  // the job of item i, and that job's first item
+  for (int i = start; i < total; i += stride) {
+    while (i - first >= count(jobs[j])) first += count(jobs[j++]);
+    run(jobs[j], i - first);
+  }
+}
+
 // Every tile of jobs[0..n), block by block; every thread of the block calls it.
 template <int R>
 __device__ __forceinline__ void RunTileJobs(const MatVecJob* jobs, int n) {
   if constexpr (TileKernel(R)) {
-    int total = 0;
-    for (int j = 0; j < n; ++j) total += Tiles<R>(jobs[j]);
-    int j = 0, first = 0;
-    for (int t = static_cast<int>(blockIdx.x); t < total; t += static_cast<int>(gridDim.x)) {
-      while (t - first >= Tiles<R>(jobs[j])) first += Tiles<R>(jobs[j++]);
-      RunTile<R>(jobs[j], t - first);
-    }
+    ForEachJobItem(
+        jobs, n, static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x),
+        [](const MatVecJob& job) { return Tiles<R>(job); },
+        [](const MatVecJob& job, int t) { RunTile<R>(job, t); });
   }
 }
 
@@ -393,13 +408,9 @@ __device__ __forceinline__ void RunTileJobs(const MatVecJob* jobs, int n) {
 template <int R>
 __device__ __forceinline__ void RunJobs(const MatVecJob* jobs, int n) {
   RunTileJobs<R>(jobs, n);
-  int total = 0;
-  for (int j = 0; j < n; ++j) total += WarpUnits<R>(jobs[j]);
-  int j = 0, first = 0;  // the job of unit u, and that job's first unit
-  for (int u = GlobalWarp(); u < total; u += GridWarps()) {
-    while (u - first >= WarpUnits<R>(jobs[j])) first += WarpUnits<R>(jobs[j++]);
-    RunUnit<R>(jobs[j], u - first);
-  }
+  ForEachJobItem(
+      jobs, n, GlobalWarp(), GridWarps(), [](const MatVecJob& job) { return WarpUnits<R>(job); },
+      [](const MatVecJob& job, int u) { RunUnit<R>(job, u); });
 }
 
 }  // namespace tandem::megakernel
