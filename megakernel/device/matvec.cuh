@@ -211,31 +211,35 @@ __device__ __forceinline__ void SplitRows(MatVecJob& job, int repeats = 1) {
 }
 
 // Q8_0 products of several step rows as 16-row tiles on the tensor cores (RunTile) instead of
-// warp units, sm_80+, in the 8-row kernels only. The dp4a loop does each step row's work again for
-// every weight. Measured on the H200 (docs/perf/megakernel.md, session 33): tiles made 8-row
-// verify steps 4-7% faster, but ran the 4-row steps' dense projections 5-11% slower, so the 4-row
-// kernels keep the dp4a loop. Decided per kernel, not stored in the job, so that the one- and
-// four-row kernels compile none of it.
-__host__ __device__ constexpr bool TileKernel(int R) { return R > 4; }
+// warp units, sm_80+. The dp4a loop does each step row's work again for every weight. Measured on
+// the H200 (docs/perf/megakernel.md, session 33): tiles made 8-row verify steps 4-7% faster, but
+// ran the 4-row steps' dense projections 5-11% slower: where tiles are the whole phase, each
+// tile's load round and block-wide sum set the phase's length. So the 4-row kernels tile only a
+// product that runs beside the expert units (`beside_experts`: the shared expert's down), whose
+// tiles hide in the expert phase's length. Decided per kernel and call site, not stored in the
+// job, so that the one-row kernels compile none of it.
+__host__ __device__ constexpr bool TileKernel(int R, bool beside_experts) {
+  return R > 4 || (beside_experts && R > 1);
+}
 
 // Whether the R-row kernel runs `job` as tiles; WarpUnits and Tiles count its work either way.
-template <int R>
+template <int R, bool kBesideExperts = false>
 __device__ __forceinline__ bool Tiled(const MatVecJob& job) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  if constexpr (TileKernel(R)) {
+  if constexpr (TileKernel(R, kBesideExperts)) {
     return job.m.type == static_cast<int>(quant::GgmlType::kQ8_0) && job.mode != OutMode::kSwiGlu &&
            __popc(job.mask) >= 2;
   }
 #endif
   return false;
 }
-template <int R>
+template <int R, bool kBesideExperts = false>
 __device__ __forceinline__ int WarpUnits(const MatVecJob& job) {
-  return Tiled<R>(job) ? 0 : job.units;
+  return Tiled<R, kBesideExperts>(job) ? 0 : job.units;
 }
-template <int R>
+template <int R, bool kBesideExperts = false>
 __device__ __forceinline__ int Tiles(const MatVecJob& job) {
-  return Tiled<R>(job) ? (job.m.rows + kQ8TileRows - 1) / kQ8TileRows : 0;
+  return Tiled<R, kBesideExperts>(job) ? (job.m.rows + kQ8TileRows - 1) / kQ8TileRows : 0;
 }
 
 // Row sums of one matrix row for the job's rows. A unit of an expert that only one row of a
@@ -394,22 +398,23 @@ __device__ __forceinline__ void ForEachJobItem(const MatVecJob* jobs, int n, int
 }
 
 // Every tile of jobs[0..n), block by block; every thread of the block calls it.
-template <int R>
+template <int R, bool kBesideExperts = false>
 __device__ __forceinline__ void RunTileJobs(const MatVecJob* jobs, int n) {
-  if constexpr (TileKernel(R)) {
+  if constexpr (TileKernel(R, kBesideExperts)) {
     ForEachJobItem(
         jobs, n, static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x),
-        [](const MatVecJob& job) { return Tiles<R>(job); },
+        [](const MatVecJob& job) { return Tiles<R, kBesideExperts>(job); },
         [](const MatVecJob& job, int t) { RunTile<R>(job, t); });
   }
 }
 
 // Runs every unit of jobs[0..n) over all warps of the grid (tiles first, block by block).
-template <int R>
+template <int R, bool kBesideExperts = false>
 __device__ __forceinline__ void RunJobs(const MatVecJob* jobs, int n) {
-  RunTileJobs<R>(jobs, n);
+  RunTileJobs<R, kBesideExperts>(jobs, n);
   ForEachJobItem(
-      jobs, n, GlobalWarp(), GridWarps(), [](const MatVecJob& job) { return WarpUnits<R>(job); },
+      jobs, n, GlobalWarp(), GridWarps(),
+      [](const MatVecJob& job) { return WarpUnits<R, kBesideExperts>(job); },
       [](const MatVecJob& job, int u) { RunUnit<R>(job, u); });
 }
 

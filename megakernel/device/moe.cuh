@@ -383,8 +383,8 @@ __device__ void MoeExpertUpPhase(const MoeArgs& A, uint8_t* smem, bool router_in
 
   if (blockIdx.x == 0) PublishRoutes(A, rt, xs);
 
-  RunTileJobs<R>(Plan().job, A.has_shexp ? 1 : 0);  // the shared expert's down, where tiled
-  RunExpertUp<R>(A, rt, act, A.has_shexp ? WarpUnits<R>(Plan().job[0]) : 0);
+  RunTileJobs<R, true>(Plan().job, A.has_shexp ? 1 : 0);  // the shared expert's down, where tiled
+  RunExpertUp<R>(A, rt, act, A.has_shexp ? WarpUnits<R, true>(Plan().job[0]) : 0);
 }
 
 // The down projection of every resident chosen expert of `rt` for its rows, over all warps of

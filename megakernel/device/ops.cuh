@@ -66,15 +66,17 @@ __device__ __forceinline__ ActSet ExpertDownActs(const MoeArgs& A, int n_pairs) 
   return a;
 }
 
-// Runs the one product out (op)= m · a over the grid.
-template <int R>
+// Runs the one product out (op)= m · a over the grid. `kBesideExperts` names a product that the
+// megakernel runs beside the expert units, so that per-op mode tiles it where the megakernel does
+// (TileKernel) and both modes give the same sums.
+template <int R, bool kBesideExperts = false>
 __device__ __forceinline__ void RunOneJob(const ActSet& a, const Matrix& m, unsigned mask,
                                           float* out, int out_stride,
                                           OutMode mode = OutMode::kStore,
                                           const Matrix* m2 = nullptr) {
   SetJob(0, m, PublishActs(0, a), mask, out, out_stride, mode, m2);
   __syncthreads();
-  RunJobs<R>(Plan().job, 1);
+  RunJobs<R, kBesideExperts>(Plan().job, 1);
 }
 
 template <int R>
@@ -175,7 +177,7 @@ __device__ void MoeOpBody(const MoeArgs& A, MoeOp op, uint8_t* smem) {
       QuantizeActs(SharedDownActs(A, B), B);
       break;
     case MoeOp::kSharedDown:
-      RunOneJob<R>(SharedDownActs(A, B), A.sh_down, mask, A.s.sh_out, H);
+      RunOneJob<R, true>(SharedDownActs(A, B), A.sh_down, mask, A.s.sh_out, H);
       break;
     case MoeOp::kDownQuantize:
       QuantizeActs(ExpertDownActs(A, routes.n_pairs), routes.n_pairs);
