@@ -25,11 +25,14 @@ inline constexpr int kMaxConvKernel = 8;      // DeltaNet conv taps (checked on 
 // keys: 134 us a layer, 49 with teams; 2026-11-30, docs/perf/megakernel.md). Teams run when
 // (row, team, 32 keys) items fill at least half the grid's warps; at shorter contexts a warp
 // serves one head, so that the phase still has a warp per (row, head, 32 keys) (teams at 512 keys
-// doubled the phase). Chunks are at least kMinAttentionChunk keys and at most kMaxAttentionChunks
-// per (row, team). Both attention phases derive the same split.
+// doubled the phase). In a multi-row step a one-head warp serves its head for a pair of rows
+// (`rows`, QueryRowsPerWarp), so that each key and value row it loads serves both. Chunks are at
+// least kMinAttentionChunk keys and at most kMaxAttentionChunks per (row group, team). Both
+// attention phases derive the same split.
 struct AttentionSplit {
   int heads;     // query heads per warp
-  int teams;     // warps per (row, KV group, chunk)
+  int rows;      // step rows per warp (one-head path; 1 with teams)
+  int teams;     // warps per (row group, KV group, chunk)
   int chunk;     // keys per chunk
   int n_chunks;  // chunks of the longest row
   // The team paths: a warp per several query heads of a KV group, the queries normed once and
@@ -45,7 +48,15 @@ __host__ __device__ constexpr int DimsPerLane(int head_dim) {
 __host__ __device__ constexpr int HeadsPerWarp(int dims_per_lane) {
   return dims_per_lane <= 4 ? 8 : 32 / dims_per_lane;
 }
+// The most step rows a one-head warp serves. Measured on the 4-row attention phase at 512 keys
+// (docs/perf/megakernel.md, session 34): qwen3-30b-a3b (head_dim 128) 25 us a layer with a warp
+// per row, 19 with two rows a warp, 24 with four; flash-next-125b (head_dim 256) 28 with one row,
+// 31 with two, 47 with four.
+__host__ __device__ constexpr int QueryRowsPerWarp(int dims_per_lane) {
+  return dims_per_lane <= 4 ? 2 : 1;
+}
 
+template <int R>
 __device__ __forceinline__ AttentionSplit SplitAttention(const MixerArgs& A) {
   const ModelDims& D = A.dims;
   const int B = A.in->n_rows, group = D.n_head / D.n_head_kv;
@@ -55,8 +66,11 @@ __device__ __forceinline__ AttentionSplit SplitAttention(const MixerArgs& A) {
   s.heads = min(group, HeadsPerWarp(DimsPerLane(D.head_dim)));
   const int team_warps = B * D.n_head_kv * ((group + s.heads - 1) / s.heads) * key_blocks;
   if (!A.force_teams && team_warps < GridWarps() / 2) s.heads = 1;
+  s.rows = R > 1 && s.heads == 1 ? min(B, QueryRowsPerWarp(DimsPerLane(D.head_dim))) : 1;
   s.teams = (group + s.heads - 1) / s.heads;
-  const int wanted = min(kMaxAttentionChunks, max(1, GridWarps() / (B * D.n_head_kv * s.teams)));
+  const int row_groups = R > 1 ? (B + s.rows - 1) / s.rows : B;
+  const int wanted =
+      min(kMaxAttentionChunks, max(1, GridWarps() / (row_groups * D.n_head_kv * s.teams)));
   const int len = (n_keys + wanted - 1) / wanted;
   s.chunk = max(kMinAttentionChunk,
                 (len + kMinAttentionChunk - 1) / kMinAttentionChunk * kMinAttentionChunk);
@@ -168,13 +182,14 @@ __device__ __forceinline__ uint32_t* ChunksDone(const MixerArgs& A, int row, int
   return A.s.chunks_done + row * A.dims.n_head + head;
 }
 
-// After the warp's partials of heads [h0, h0 + n) of row r (n ≤ 32): lane i's release increment
-// for head h0 + i, all at once. Lane 0 making them one after another cost a device-scope fence
-// and a round trip each, eight per team item (qwen3-30b-a3b at 16k keys, 2026-11-30).
-__device__ __forceinline__ void PublishChunks(const MixerArgs& A, int r, int h0, int n) {
+// After the warp's partials of n (row, head) pairs (n ≤ 32), the i-th's counter at
+// first[i * stride] (ChunksDone: stride 1 over heads, n_head over rows): lane i's release
+// increment for the i-th, all at once. Lane 0 making them one after another cost a device-scope
+// fence and a round trip each, eight per team item (qwen3-30b-a3b at 16k keys, 2026-11-30).
+__device__ __forceinline__ void PublishChunks(uint32_t* first, int stride, int n) {
   __syncwarp();
   if (Lane() >= n) return;
-  cuda::atomic_ref<uint32_t, cuda::thread_scope_device>(*ChunksDone(A, r, h0 + Lane()))
+  cuda::atomic_ref<uint32_t, cuda::thread_scope_device>(first[Lane() * stride])
       .fetch_add(1, cuda::memory_order_release);
 }
 
@@ -240,6 +255,57 @@ __device__ __forceinline__ void NormQuery(const MixerArgs& A, int r, int h, floa
   const float* q = A.s.proj + static_cast<int64_t>(r) * A.s.proj_stride + h * q_stride;
   __syncwarp();  // the previous item's reads are done
   NormRopeHead(D, q, q_smem, A.att.q_norm, A.in->first_pos + r);
+}
+
+// NormQuery for query head h of rows r0 .. r0 + n_rows - 1 (at most kRows), row i at q_smem +
+// 32 * PL * i: every row's loads go out before any is used, one round trip for the item instead
+// of one a row.
+template <int PL, int kRows>
+__device__ __forceinline__ void NormQueries(const MixerArgs& A, int r0, int n_rows, int h,
+                                            float* q_smem) {
+  if constexpr (kRows == 1) {
+    NormQuery(A, r0, h, q_smem);
+  } else {
+    const ModelDims& D = A.dims;
+    const int hd = D.head_dim, half = D.n_rot / 2;
+    const float* q = A.s.proj + static_cast<int64_t>(r0) * A.s.proj_stride + h * D.q_head_stride();
+    float v[kRows][PL];
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+#pragma unroll
+      for (int t = 0; t < PL; ++t) {
+        const int d = Lane() + 32 * t;
+        v[i][t] = i < n_rows && d < hd ? q[static_cast<int64_t>(i) * A.s.proj_stride + d] : 0.0f;
+      }
+    }
+    __syncwarp();  // the previous item's reads are done
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      float ss = 0;
+#pragma unroll
+      for (int t = 0; t < PL; ++t) ss += v[i][t] * v[i][t];
+      ss = WarpSum(ss);
+      const float scale = 1.0f / sqrtf(ss / static_cast<float>(hd) + D.rms_eps);
+#pragma unroll
+      for (int t = 0; t < PL; ++t) {
+        const int d = Lane() + 32 * t;
+        if (d < hd) q_smem[i * 32 * PL + d] = v[i][t] * scale * A.att.q_norm[d];
+      }
+    }
+    __syncwarp();
+    for (int i = 0; i < n_rows; ++i) {
+      float* dst = q_smem + i * 32 * PL;
+      const int pos = A.in->first_pos + r0 + i;
+      for (int k = Lane(); k < half; k += 32) {
+        float sn, cs;
+        sincosf(static_cast<float>(pos) * D.rope_inv_freq[k], &sn, &cs);
+        const float x0 = dst[k], x1 = dst[k + half];
+        dst[k] = x0 * cs - x1 * sn;
+        dst[k + half] = x1 * cs + x0 * sn;
+      }
+    }
+    __syncwarp();
+  }
 }
 
 // Waits for query heads [h0, h0 + n) of row r (see NormRopeHeads), then stages them in this
@@ -321,56 +387,94 @@ __device__ __forceinline__ float TransposeSum32(float (&v)[32]) {
   return v[0];
 }
 
-// Attention phase 1, short contexts (teams of one head): one warp per (row, head, key chunk):
-// online softmax over the chunk's keys, writing (max, sum, unnormalised output) to the partials.
-// Keys go 32 at a time: each lane scores one key with independent 16-byte loads (no dependent round
-// trip per key), then the warp accumulates the 32 weighted value rows, lanes over head dimensions.
-// PL = head dimensions per lane (a power of two ≥ head_dim / 32).
-template <int PL>
+// Attention phase 1, short contexts (teams of one head): one warp per (row group, head, key
+// chunk): online softmax over the chunk's keys for each row of the group (S.rows of them, at most
+// kRows), writing (max, sum, unnormalised output) per row to the partials. Keys go 32 at a time:
+// each lane scores one key against every row's query with independent 16-byte loads (no
+// dependent round trip per key), then the warp accumulates the 32 weighted value rows, lanes over
+// head dimensions. A row sees the keys up to its own position, so a chunk may hold none of the
+// group's first row. PL = head dimensions per lane (a power of two ≥ head_dim / 32); the rows'
+// queries are staged in this warp's shared memory, 32 * PL floats apart. With a warp per (row,
+// head), SplitAttention gave a 4-row step's items three times a decode step's keys: 2 key and 3
+// value rounds a warp instead of 1 and 1 (qwen3-30b-a3b: 14 us a layer at one row, 25 at four;
+// 19 with row pairs, session 34).
+template <int PL, int kRows>
 __device__ void AttentionHeadPartials(const MixerArgs& A, const AttentionSplit& S, uint8_t* smem) {
+  static_assert(kRows * 32 * PL * 4 <= kAttentionBytesPerWarp, "");
+  constexpr int kStride4 = 8 * PL;  // float4s per staged query row
   const ModelDims& D = A.dims;
   const int B = A.in->n_rows, hd = D.head_dim, nh = D.n_head;
   const int group = nh / D.n_head_kv;
   const int chunk = S.chunk, n_chunks = S.n_chunks;
+  const int rows = kRows == 1 ? 1 : S.rows;  // constant in the one-row kernel
+  const int n_groups = (B + rows - 1) / rows;
   const float scale = 1.0f / sqrtf(static_cast<float>(hd));
   const int per_lane = hd / 32;
   const int kv_dim = D.kv_dim();
-  for (int it = GlobalWarp(); it < B * nh * n_chunks; it += GridWarps()) {
-    const int c = it % n_chunks, h = (it / n_chunks) % nh, r = it / (n_chunks * nh);
-    const int n_keys = A.in->first_pos + r + 1;
-    const int k0 = c * chunk, k1 = min(n_keys, k0 + chunk);
+  for (int it = GlobalWarp(); it < n_groups * nh * n_chunks; it += GridWarps()) {
+    const int c = it % n_chunks, h = (it / n_chunks) % nh, r0 = it / (n_chunks * nh) * rows;
+    const int n_rows = kRows == 1 ? 1 : min(rows, B - r0);  // warp-uniform
+    const int first_keys = A.in->first_pos + r0 + 1;        // row r0 + i sees first_keys + i
+    const int k0 = c * chunk, k1 = min(first_keys + n_rows - 1, k0 + chunk);
     const int g = h / group;
     float* q_smem = reinterpret_cast<float*>(smem + Warp() * kAttentionBytesPerWarp);
-    NormQuery(A, r, h, q_smem);
+    NormQueries<PL, kRows>(A, r0, n_rows, h, q_smem);
     const float4* q4 = reinterpret_cast<const float4*>(q_smem);
-    WaitNewKeys(A, r, g, k0, k1);
+    WaitNewKeys(A, r0 + n_rows - 1, g, k0, k1);
     const float* k_base = A.att.k_cache + g * hd;
     const float* v_base = A.att.v_cache + g * hd;
-    float o[PL];
+    float o[kRows][PL], m[kRows], l[kRows];
 #pragma unroll
-    for (int t = 0; t < PL; ++t) o[t] = 0;
-    float m = -INFINITY, l = 0;
+    for (int i = 0; i < kRows; ++i) {
+      m[i] = -INFINITY;
+      l[i] = 0;
+#pragma unroll
+      for (int t = 0; t < PL; ++t) o[i][t] = 0;
+    }
     for (int j0 = k0; j0 < k1; j0 += 32) {
       const int j = j0 + Lane();
-      float s = -INFINITY;
+      float s[kRows];
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) s[i] = -INFINITY;
       if (j < k1) {
         const float4* k4 = reinterpret_cast<const float4*>(k_base + static_cast<int64_t>(j) * kv_dim);
-        float acc0 = 0, acc1 = 0;
+        // One row: two sums, for two independent chains; several rows are chains of their own.
+        constexpr int kSums = kRows == 1 ? 2 : 1;
+        float acc[kRows][kSums];
+#pragma unroll
+        for (int i = 0; i < kRows; ++i) {
+#pragma unroll
+          for (int u = 0; u < kSums; ++u) acc[i][u] = 0;
+        }
 #pragma unroll 8
         for (int d = 0; d < hd / 4; d += 2) {
-          const float4 a = LoadStreaming(k4 + d), b = q4[d], a2 = LoadStreaming(k4 + d + 1),
-                       b2 = q4[d + 1];
-          acc0 += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
-          acc1 += a2.x * b2.x + a2.y * b2.y + a2.z * b2.z + a2.w * b2.w;
-        }
-        s = (acc0 + acc1) * scale;
-      }
-      const float m_new = fmaxf(m, WarpMax(s));
-      const float p = j < k1 ? expf(s - m_new) : 0.0f;
-      const float corr = expf(m - m_new);
-      l = l * corr + WarpSum(p);
+          const float4 a = LoadStreaming(k4 + d), a2 = LoadStreaming(k4 + d + 1);
 #pragma unroll
-      for (int t = 0; t < PL; ++t) o[t] *= corr;
+          for (int i = 0; i < kRows; ++i) {
+            const float4 b = q4[i * kStride4 + d], b2 = q4[i * kStride4 + d + 1];
+            acc[i][0] += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+            acc[i][kSums - 1] += a2.x * b2.x + a2.y * b2.y + a2.z * b2.z + a2.w * b2.w;
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < kRows; ++i) {
+          const float sum = kSums == 2 ? acc[i][0] + acc[i][kSums - 1] : acc[i][0];
+          if (kRows == 1 || (i < n_rows && j < first_keys + i)) s[i] = sum * scale;
+        }
+      }
+      float p[kRows];
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) {
+        const float m_new = fmaxf(m[i], WarpMax(s[i]));
+        // A later row's key can open a step (one row: lane 0's key is always the row's), and an
+        // earlier row with no key yet (m_new still -inf) keeps everything at zero.
+        p[i] = (kRows == 1 ? j < k1 : s[i] > -INFINITY) ? expf(s[i] - m_new) : 0.0f;
+        const float corr = kRows == 1 || m_new > -INFINITY ? expf(m[i] - m_new) : 1.0f;
+        l[i] = l[i] * corr + WarpSum(p[i]);
+#pragma unroll
+        for (int t = 0; t < PL; ++t) o[i][t] *= corr;
+        m[i] = m_new;
+      }
       // Value rows kValueBatch at a time (LoadValueRows); the sum runs in key order. With the
       // accumulators sized by PL, a batch of 64 floats a lane fits: 16 keys for head_dim ≤ 128.
       const int n = min(32, k1 - j0);
@@ -380,17 +484,22 @@ __device__ void AttentionHeadPartials(const MixerArgs& A, const AttentionSplit& 
         LoadValueRows<kValueBatch, PL>(v_base, kv_dim, j0, jj0, n, per_lane, vb);
 #pragma unroll
         for (int b = 0; b < kValueBatch; ++b) {
-          const float pj = __shfl_sync(kFullMask, p, jj0 + b);  // 0 past the chunk's keys
 #pragma unroll
-          for (int t = 0; t < PL; ++t) {
-            if (t < per_lane && jj0 + b < n) o[t] += pj * vb[b][t];
+          for (int i = 0; i < kRows; ++i) {
+            const float pj = __shfl_sync(kFullMask, p[i], jj0 + b);  // 0 past the row's keys
+#pragma unroll
+            for (int t = 0; t < PL; ++t) {
+              if (t < per_lane && jj0 + b < n) o[i][t] += pj * vb[b][t];
+            }
           }
         }
       }
-      m = m_new;
     }
-    WritePartial(A, r, h, c, m, l, o);
-    PublishChunks(A, r, h, 1);
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      if (i < n_rows) WritePartial(A, r0 + i, h, c, m[i], l[i], o[i]);
+    }
+    PublishChunks(ChunksDone(A, r0, h), nh, n_rows);
   }
 }
 
@@ -499,7 +608,7 @@ __device__ void AttentionTeamPartials(const MixerArgs& A, const AttentionSplit& 
       const float l_sum = WarpSum(l[h]);
       if (h < n_heads) WritePartial(A, r, h0 + h, c, m[h], l_sum, o[h]);
     }
-    PublishChunks(A, r, h0, n_heads);
+    PublishChunks(ChunksDone(A, r, h0), 1, n_heads);
   }
 }
 
@@ -639,33 +748,41 @@ __device__ __noinline__ void AttentionTeamPartialsLanesOverDims(const MixerArgs&
       const float l_h = __shfl_sync(kFullMask, l_lane, h);
       if (h < n_heads) WritePartial(A, r, h0 + h, c, m_h, l_h, o[h]);
     }
-    PublishChunks(A, r, h0, n_heads);
+    PublishChunks(ChunksDone(A, r, h0), 1, n_heads);
   }
 }
 
-// Every chunk's partials under the phase's split S (SplitAttention).
+// Every chunk's partials under the phase's split S (SplitAttention), in the R-row kernel.
+template <int R, int PL>
+__device__ __forceinline__ void HeadPartialsOfKernel(const MixerArgs& A, const AttentionSplit& S,
+                                                     uint8_t* smem) {
+  constexpr int kRows = R < QueryRowsPerWarp(PL) ? R : QueryRowsPerWarp(PL);
+  AttentionHeadPartials<PL, kRows>(A, S, smem);
+}
+template <int R>
 __device__ inline void AttentionChunks(const MixerArgs& A, const AttentionSplit& S, uint8_t* smem) {
   const bool teams = S.team_paths();
   switch (DimsPerLane(A.dims.head_dim)) {
     case 1:
       return teams ? AttentionTeamPartialsLanesOverDims<1>(A, S, smem)
-                   : AttentionHeadPartials<1>(A, S, smem);
+                   : HeadPartialsOfKernel<R, 1>(A, S, smem);
     case 2:
       return teams ? AttentionTeamPartialsLanesOverDims<2>(A, S, smem)
-                   : AttentionHeadPartials<2>(A, S, smem);
+                   : HeadPartialsOfKernel<R, 2>(A, S, smem);
     case 4:
       return teams ? AttentionTeamPartialsLanesOverDims<4>(A, S, smem)
-                   : AttentionHeadPartials<4>(A, S, smem);
+                   : HeadPartialsOfKernel<R, 4>(A, S, smem);
     default:
-      return teams ? AttentionTeamPartials<8>(A, S, smem) : AttentionHeadPartials<8>(A, S, smem);
+      return teams ? AttentionTeamPartials<8>(A, S, smem) : HeadPartialsOfKernel<R, 8>(A, S, smem);
   }
 }
 
 // Attention phase 1 up to the merge: the step's heads, then every chunk's partials.
+template <int R>
 __device__ inline void AttentionPartials(const MixerArgs& A, uint8_t* smem) {
-  const AttentionSplit S = SplitAttention(A);
+  const AttentionSplit S = SplitAttention<R>(A);
   NormRopeHeads(A, S.team_paths());
-  AttentionChunks(A, S, smem);
+  AttentionChunks<R>(A, S, smem);
 }
 
 // The end of attention phase 1: merge the chunks of each (row, head), apply the sigmoid output
@@ -673,11 +790,12 @@ __device__ inline void AttentionPartials(const MixerArgs& A, uint8_t* smem) {
 // the head's chunk count (see ChunksDone); each lane merges chunks lane, lane + 32, ... with its
 // own running max (all loads of a round independent), then the warp merges its lanes. Partials
 // are read through L2 (ld.global.cg), as the queries are.
+template <int R>
 __device__ inline void AttentionCombine(const MixerArgs& A) {
   const ModelDims& D = A.dims;
   const int B = A.in->n_rows, hd = D.head_dim, nh = D.n_head;
   const int q_stride = D.q_head_stride();
-  const int n_chunks = SplitAttention(A).n_chunks;
+  const int n_chunks = SplitAttention<R>(A).n_chunks;
   const int part_len = kAttnPartHeader + hd;
   const int parts = hd / 32;
   for (int it = GridWarps() - 1 - GlobalWarp(); it < B * nh * parts; it += GridWarps()) {
@@ -981,8 +1099,8 @@ __device__ void MixerPhase(const MixerArgs& A, int phase, uint8_t* smem) {
     switch (phase) {
       case 0: MixerProjections<R>(A, smem); break;
       case 1:
-        AttentionPartials(A, smem);
-        AttentionCombine(A);
+        AttentionPartials<R>(A, smem);
+        AttentionCombine<R>(A);
         break;
       case 2:
         AttentionOutput<R>(A, smem);

@@ -104,13 +104,13 @@ __device__ void MixerOpBody(const MixerArgs& A, MixerOp op, int arg, uint8_t* sm
       break;
     }
     case MixerOp::kNormRope:
-      NormRopeHeads(A, SplitAttention(A).team_paths());
+      NormRopeHeads(A, SplitAttention<R>(A).team_paths());
       break;
     case MixerOp::kAttention:
-      AttentionChunks(A, SplitAttention(A), smem);
+      AttentionChunks<R>(A, SplitAttention<R>(A), smem);
       break;
     case MixerOp::kAttentionMerge:
-      AttentionCombine(A);
+      AttentionCombine<R>(A);
       break;
     case MixerOp::kConv:
       DeltaNetConv(A);
