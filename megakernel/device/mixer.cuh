@@ -193,24 +193,30 @@ __device__ __forceinline__ void PublishChunks(uint32_t* first, int stride, int n
       .fetch_add(1, cuda::memory_order_release);
 }
 
+// Partial NeoX RoPE of a head at position pos, in place, lanes over rotation pairs.
+__device__ __forceinline__ void RopeHead(const ModelDims& D, float* head, int pos) {
+  const int half = D.n_rot / 2;
+  for (int i = Lane(); i < half; i += 32) {
+    float s, c;
+    sincosf(static_cast<float>(pos) * D.rope_inv_freq[i], &s, &c);
+    const float x0 = head[i], x1 = head[i + half];
+    head[i] = x0 * c - x1 * s;
+    head[i + half] = x1 * c + x0 * s;
+  }
+}
+
 // A head's RMSNorm (weights w) and partial NeoX RoPE at position pos, from src into dst (which
 // may be src), lanes over head dimensions.
 __device__ __forceinline__ void NormRopeHead(const ModelDims& D, const float* src, float* dst,
                                              const float* w, int pos) {
-  const int hd = D.head_dim, half = D.n_rot / 2;
+  const int hd = D.head_dim;
   float ss = 0;
   for (int i = Lane(); i < hd; i += 32) ss += src[i] * src[i];
   ss = WarpSum(ss);
   const float scale = 1.0f / sqrtf(ss / static_cast<float>(hd) + D.rms_eps);
   for (int i = Lane(); i < hd; i += 32) dst[i] = src[i] * scale * w[i];
   __syncwarp();
-  for (int i = Lane(); i < half; i += 32) {
-    float s, c;
-    sincosf(static_cast<float>(pos) * D.rope_inv_freq[i], &s, &c);
-    const float x0 = dst[i], x1 = dst[i + half];
-    dst[i] = x0 * c - x1 * s;
-    dst[i + half] = x1 * c + x0 * s;
-  }
+  RopeHead(D, dst, pos);
   __syncwarp();
 }
 
@@ -267,7 +273,7 @@ __device__ __forceinline__ void NormQueries(const MixerArgs& A, int r0, int n_ro
     NormQuery(A, r0, h, q_smem);
   } else {
     const ModelDims& D = A.dims;
-    const int hd = D.head_dim, half = D.n_rot / 2;
+    const int hd = D.head_dim;
     const float* q = A.s.proj + static_cast<int64_t>(r0) * A.s.proj_stride + h * D.q_head_stride();
     float v[kRows][PL];
 #pragma unroll
@@ -293,17 +299,7 @@ __device__ __forceinline__ void NormQueries(const MixerArgs& A, int r0, int n_ro
       }
     }
     __syncwarp();
-    for (int i = 0; i < n_rows; ++i) {
-      float* dst = q_smem + i * 32 * PL;
-      const int pos = A.in->first_pos + r0 + i;
-      for (int k = Lane(); k < half; k += 32) {
-        float sn, cs;
-        sincosf(static_cast<float>(pos) * D.rope_inv_freq[k], &sn, &cs);
-        const float x0 = dst[k], x1 = dst[k + half];
-        dst[k] = x0 * cs - x1 * sn;
-        dst[k + half] = x1 * cs + x0 * sn;
-      }
-    }
+    for (int i = 0; i < n_rows; ++i) RopeHead(D, q_smem + i * 32 * PL, A.in->first_pos + r0 + i);
     __syncwarp();
   }
 }
