@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A/B of CUDA-backend builds in one device call. Each variant is a folder holding `tandem` and,
-# optionally, `megakernel_test`, built on the CPU VM (sm_90) and carried with the tree:
-#   run(carry=[".deps", "build-cuda/variants"],
-#       command='eval "$(bash .deps/unpack-debs.sh)" && bash tools/device/compare.sh build-cuda/variants/main build-cuda/variants/next')
+# optionally, `megakernel_test`, built on the CPU VM (sm_90) and carried with the tree;
+# tools/device/pack_variant.sh builds and packs one per git ref and says how to unpack them there:
+#   run(carry=[".deps", "build-cuda/vz"],
+#       command='eval "$(bash .deps/unpack-debs.sh)"; mkdir -p /tmp/v; for x in main next; do tar -C /tmp/v -xJf build-cuda/vz/$x.tar.xz; done; bash tools/device/compare.sh /tmp/v/main /tmp/v/next')
 # For every variant in order: the GPU suite (when present), then `tandem bench decode` at
 # context 512 on both benchmark shapes. Logs and JSON go to $OUT as <variant>_*. Set MODELS,
 # CONTEXTS or STEPS to change the bench; REPEAT=2 runs the whole list twice (noise check). Only

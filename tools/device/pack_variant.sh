@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Builds the CUDA backend's `tandem` and `megakernel_test` at a git ref for the device machine and
+# packs them as build-cuda/vz/NAME.tar.xz (xz: the carry limit is 64 MiB in all):
+#   bash tools/device/pack_variant.sh NAME [REF]
+# REF defaults to HEAD; another ref needs a clean checkout, which is put back on its branch after.
+# The build is incremental in build-cuda/ (Release, sm_90 only, no micro-benchmarks; configured
+# here if missing), so variants that differ in a few files build in a minute or two. On the device
+# machine, with carry [".deps", "build-cuda/vz"]:
+#   eval "$(bash .deps/unpack-debs.sh)"; mkdir -p /tmp/v
+#   for x in A B; do tar -C /tmp/v -xJf build-cuda/vz/$x.tar.xz; done
+#   bash tools/device/compare.sh /tmp/v/A /tmp/v/B
+set -euo pipefail
+name=${1:?usage: pack_variant.sh NAME [REF]}
+cd "$(git rev-parse --show-toplevel)"
+ref=${2:-HEAD}
+commit=$(git rev-parse --short "$ref^{commit}")  # before any checkout moves HEAD
+if [[ $ref != HEAD ]]; then
+  [[ -z $(git status --porcelain --untracked-files=no) ]] || { echo "pack_variant: commit or stash first" >&2; exit 1; }
+  back=$(git symbolic-ref --quiet --short HEAD || git rev-parse HEAD)
+  trap 'git checkout -q "$back"' EXIT
+  git checkout -q "$commit"
+fi
+if [[ ! -f build-cuda/CMakeCache.txt ]]; then
+  cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DTANDEM_BUILD_BENCH=OFF > /dev/null
+fi
+log=build-cuda/pack_$name.log
+if ! cmake --build build-cuda -j"$(nproc)" --target tandem megakernel_test > "$log" 2>&1; then
+  tail -30 "$log" >&2
+  exit 1
+fi
+stage=$(mktemp -d)
+mkdir "$stage/$name"
+cp build-cuda/tools/tandem build-cuda/tests/megakernel/megakernel_test "$stage/$name/"
+mkdir -p build-cuda/vz
+tar -C "$stage" -cJf "build-cuda/vz/$name.tar.xz" "$name"
+rm -rf "$stage"
+echo "build-cuda/vz/$name.tar.xz ($commit, $(du -h "build-cuda/vz/$name.tar.xz" | cut -f1))"
