@@ -14,8 +14,9 @@ name=${1:?usage: pack_variant.sh NAME [REF]}
 cd "$(git rev-parse --show-toplevel)"
 ref=${2:-HEAD}
 commit=$(git rev-parse --short "$ref^{commit}")  # before any checkout moves HEAD
+dirty=$([[ -n $(git status --porcelain --untracked-files=no) ]] && echo yes || true)
 if [[ $ref != HEAD ]]; then
-  [[ -z $(git status --porcelain --untracked-files=no) ]] || { echo "pack_variant: commit or stash first" >&2; exit 1; }
+  [[ -z $dirty ]] || { echo "pack_variant: commit or stash first" >&2; exit 1; }
   back=$(git symbolic-ref --quiet --short HEAD || git rev-parse HEAD)
   trap 'git checkout -q "$back"' EXIT
   git checkout -q "$commit"
@@ -35,4 +36,5 @@ cp build-cuda/tools/tandem build-cuda/tests/megakernel/megakernel_test "$stage/$
 mkdir -p build-cuda/vz
 tar -C "$stage" -cJf "build-cuda/vz/$name.tar.xz" "$name"
 rm -rf "$stage"
-echo "build-cuda/vz/$name.tar.xz ($commit, $(du -h "build-cuda/vz/$name.tar.xz" | cut -f1))"
+# HEAD with uncommitted changes is labelled so, since those changes are in the binaries too.
+echo "build-cuda/vz/$name.tar.xz ($commit${dirty:+ + uncommitted changes}, $(du -h "build-cuda/vz/$name.tar.xz" | cut -f1))"
