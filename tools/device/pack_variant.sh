@@ -38,3 +38,12 @@ tar -C "$stage" -cJf "build-cuda/vz/$name.tar.xz" "$name"
 rm -rf "$stage"
 # HEAD with uncommitted changes is labelled so, since those changes are in the binaries too.
 echo "build-cuda/vz/$name.tar.xz ($commit${dirty:+ + uncommitted changes}, $(du -h "build-cuda/vz/$name.tar.xz" | cut -f1))"
+# The device tool refuses a call whose tree and carry exceed 64 MiB (a refusal, not a cost, but a
+# lost turn): say so here, with the packs to move out of build-cuda/vz.
+carry_mib=$(( ($(git ls-files -z | xargs -0 cat 2>/dev/null | wc -c) + $(du -sb build-cuda/vz | cut -f1) + \
+  $( [[ -d .deps ]] && du -sb .deps | cut -f1 || echo 0) ) / 1048576 ))
+if (( carry_mib > 60 )); then
+  echo "pack_variant: tracked files + .deps + build-cuda/vz come to ${carry_mib} MiB, over the device" \
+    "tool's 64 MiB carry limit with margin; move packs out of build-cuda/vz first:" >&2
+  ls -s --block-size=M build-cuda/vz >&2
+fi
