@@ -43,7 +43,7 @@ echo "build-cuda/vz/$name.tar.xz ($commit${dirty:+ + uncommitted changes}, $(du 
 carry_mib=$(( ($(git ls-files -z | xargs -0 cat 2>/dev/null | wc -c) + $(du -sb build-cuda/vz | cut -f1) + \
   $( [[ -d .deps ]] && du -sb .deps | cut -f1 || echo 0) ) / 1048576 ))
 if (( carry_mib > 60 )); then
-  echo "pack_variant: tracked files + .deps + build-cuda/vz come to ${carry_mib} MiB, over the device" \
-    "tool's 64 MiB carry limit with margin; move packs out of build-cuda/vz first:" >&2
+  echo "pack_variant: tracked files + .deps + build-cuda/vz come to ${carry_mib} MiB, within 4 MiB" \
+    "of the device tool's 64 MiB carry limit or over it; move packs out of build-cuda/vz first:" >&2
   ls -s --block-size=M build-cuda/vz >&2
 fi
