@@ -55,8 +55,10 @@ absl::StatusOr<ModelDims> DimsForModel(const model::Model& model, int n_ctx) {
          absl::StrCat("conv kernel ", d.ssm_conv_kernel, " (need 2..8)"));
     need(d.ssm_dv % 32 == 0,
          absl::StrCat("DeltaNet value head dim ", d.ssm_dv, " (need a multiple of 32)"));
-    need(d.ssm_dk % 32 == 0 && d.ssm_dk <= 512,
-         absl::StrCat("DeltaNet key head dim ", d.ssm_dk, " (need a multiple of 32, at most 512)"));
+    // The delta rule splits a state column over dk / 32 lanes of a warp (DeltaNetRule).
+    const bool dk_ok = d.ssm_dk >= 32 && d.ssm_dk <= 512 && (d.ssm_dk & (d.ssm_dk - 1)) == 0;
+    need(dk_ok, absl::StrCat("DeltaNet key head dim ", d.ssm_dk,
+                             " (need 32, 64, 128, 256 or 512)"));
   }
   if (!bad.empty()) {
     return absl::UnimplementedError(

@@ -941,24 +941,25 @@ __device__ inline void DeltaNetConv(const MixerArgs& A) {
   }
 }
 
-// The rest of DeltaNet phase 1: the delta rule, one warp per (value head, 32 state columns),
-// rows in order, counted from the grid's last warp. The conv heads it reads come from warps of
-// the same phase (the conv phase and its barrier cost 6.7 us per DeltaNet layer on
-// flash-next-125b at 512 keys, 2026-11-30): for each row it waits for the flags of its q, k and v
-// heads (see HeadFlag), then stages q and k in the warp's shared memory, read through L2, and
-// normalises them there (L2 norm, queries also scaled by 1/sqrt(dk)), so that the conv warps
-// need no second pass over their heads.
-// The warp's dk state lines are requested into L1 before it waits, and both passes over them
-// load kRuleBatch rows before using any: one row at a time, each pass was a chain of dk dependent
-// loads (the first 5.5 us, the second 4.6, flash-next-125b, session 26).
-inline constexpr int kRuleBatch = 8;
+// The rest of DeltaNet phase 1: the delta rule, counted from the grid's last warp. The state of a
+// value head is dk rows × dv columns; a warp takes 32 / G columns of one head, G = dk / 32 lanes to
+// a column, and lane (column c, group g) holds rows g, g + G, ..., g + 31·G of its column in
+// registers from before its first row to after its last, so that each row is 32 multiply-adds a
+// lane and two sums over G lanes. Held in global memory instead, each row's two passes over the
+// state were chains of L2 round trips (3.0 and 3.8 us a pass at flash-next-125b's dk = 128, session
+// 26; 4-row steps 3× the one-row phase, session 35). The conv heads it reads come from warps of the
+// same phase (the conv phase and its barrier cost 6.7 us per DeltaNet layer on flash-next-125b at
+// 512 keys, 2026-11-30): for each row it waits for the flags of its q, k and v heads (see
+// HeadFlag), then stages q and k in the warp's shared memory, read through L2, and normalises them
+// there (L2 norm, queries also scaled by 1/sqrt(dk)), so that the conv warps need no second pass
+// over their heads. Group g's lanes read q and k at g + G·i: G consecutive words, no bank conflict.
+inline constexpr int kRuleRowsPerLane = 32;
 
-// State rows k0 .. k0 + kRuleBatch - 1 of a rule warp's columns (row stride dv), every load issued
-// before any value is used.
-__device__ __forceinline__ void LoadStateRows(const float* S, int k0, int dv,
-                                              float (&sv)[kRuleBatch]) {
-#pragma unroll
-  for (int u = 0; u < kRuleBatch; ++u) sv[u] = S[static_cast<int64_t>(k0 + u) * dv];
+// The sum of v over the `groups` neighbouring lanes of a column (lanes c·groups .. c·groups +
+// groups - 1); every lane gets the same bits, since each butterfly step adds the same two values.
+__device__ __forceinline__ float ColumnSum(float v, int groups) {
+  for (int o = groups / 2; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
+  return v;
 }
 
 __device__ inline void DeltaNetRule(const MixerArgs& A, uint8_t* smem) {
@@ -967,15 +968,21 @@ __device__ inline void DeltaNetRule(const MixerArgs& A, uint8_t* smem) {
   const int n_k = D.ssm_n_k, n_v = D.ssm_n_v, dk = D.ssm_dk, dv = D.ssm_dv;
   const int key_dim = n_k * dk, conv_dim = D.ssm_conv_dim(), d_inner = D.ssm_d_inner();
   const int rr = n_v / n_k;
-  const int col_chunks = dv / 32;
+  const int groups = dk / kRuleRowsPerLane;  // a power of two, 1 to 16 (plan.cc)
+  const int g = Lane() % groups, cols = 32 / groups;
+  const int col_chunks = dv / cols;  // dv: a multiple of 32 (plan.cc)
+  const int64_t row_step = static_cast<int64_t>(groups) * dv;
   const float q_scale = 1.0f / sqrtf(static_cast<float>(dk));
   float* q = reinterpret_cast<float*>(smem + Warp() * kAttentionBytesPerWarp);  // dk ≤ 512
   float* k = q + dk;
   for (int it = GridWarps() - 1 - GlobalWarp(); it < n_v * col_chunks; it += GridWarps()) {
-    const int j = it / col_chunks, vv = (it % col_chunks) * 32 + Lane();
+    const int j = it / col_chunks, vv = (it % col_chunks) * cols + Lane() / groups;
     const int kh = D.ssm_tiled_heads ? j % n_k : j / rr;
-    float* S = A.dn.ssm_state + static_cast<int64_t>(j) * dk * dv + vv;
-    for (int kk = Lane(); kk < dk; kk += 32) PrefetchL1(S - Lane() + static_cast<int64_t>(kk) * dv);
+    const int64_t lane_at = static_cast<int64_t>(j) * dk * dv + static_cast<int64_t>(g) * dv + vv;
+    float* S = A.dn.ssm_state + lane_at;
+    float s[kRuleRowsPerLane];  // loaded before the waits, so the loads overlap the conv
+#pragma unroll
+    for (int i = 0; i < kRuleRowsPerLane; ++i) s[i] = S[i * row_step];
     for (int r = 0; r < B; ++r) {
       WaitCount(HeadFlag(A, r, kh), A.in->seq);
       WaitCount(HeadFlag(A, r, n_k + kh), A.in->seq);
@@ -1001,9 +1008,9 @@ __device__ inline void DeltaNetRule(const MixerArgs& A, uint8_t* smem) {
       const float* ba = A.s.proj + static_cast<int64_t>(r) * A.s.proj_stride + conv_dim + d_inner;
       float b, alpha;
       if (D.ssm_grouped_ba) {
-        const int g = j / rr, i = j % rr;
-        b = ba[g * 2 * rr + i];
-        alpha = ba[g * 2 * rr + rr + i];
+        const int gb = j / rr, i = j % rr;
+        b = ba[gb * 2 * rr + i];
+        alpha = ba[gb * 2 * rr + rr + i];
       } else {
         b = ba[j];
         alpha = ba[n_v + j];
@@ -1011,31 +1018,25 @@ __device__ inline void DeltaNetRule(const MixerArgs& A, uint8_t* smem) {
       const float beta = Sigmoid(b);
       const float decay = expf(A.dn.a[j] * Softplus(alpha + A.dn.dt_bias[j]));
       float kv = 0;
-      for (int k0 = 0; k0 < dk; k0 += kRuleBatch) {  // dk: a multiple of 32 (plan.cc)
-        float sv[kRuleBatch];
-        LoadStateRows(S, k0, dv, sv);
 #pragma unroll
-        for (int u = 0; u < kRuleBatch; ++u) kv += (sv[u] * decay) * k[k0 + u];
-      }
-      const float delta = (v - kv) * beta;
+      for (int i = 0; i < kRuleRowsPerLane; ++i) kv += (s[i] * decay) * k[i * groups + g];
+      const float delta = (v - ColumnSum(kv, groups)) * beta;
       float o = 0;
-      float* snap = (B > 1 && r < B - 1)
-                        ? A.dn.ssm_snap + (static_cast<int64_t>(r) * n_v + j) * dk * dv + vv
-                        : nullptr;
-      for (int k0 = 0; k0 < dk; k0 += kRuleBatch) {
-        float sv[kRuleBatch];
-        LoadStateRows(S, k0, dv, sv);
 #pragma unroll
-        for (int u = 0; u < kRuleBatch; ++u) {
-          const int64_t at = static_cast<int64_t>(k0 + u) * dv;
-          const float s = sv[u] * decay + k[k0 + u] * delta;
-          S[at] = s;
-          if (snap != nullptr) snap[at] = s;
-          o += s * q[k0 + u];
-        }
+      for (int i = 0; i < kRuleRowsPerLane; ++i) {
+        s[i] = s[i] * decay + k[i * groups + g] * delta;
+        o += s[i] * q[i * groups + g];
       }
-      A.s.mix2[static_cast<int64_t>(r) * d_inner + j * dv + vv] = o;
+      if (B > 1 && r < B - 1) {  // the state after this row, for a rollback to it
+        float* snap = A.dn.ssm_snap + static_cast<int64_t>(r) * n_v * dk * dv + lane_at;
+#pragma unroll
+        for (int i = 0; i < kRuleRowsPerLane; ++i) snap[i * row_step] = s[i];
+      }
+      o = ColumnSum(o, groups);
+      if (g == 0) A.s.mix2[static_cast<int64_t>(r) * d_inner + j * dv + vv] = o;
     }
+#pragma unroll
+    for (int i = 0; i < kRuleRowsPerLane; ++i) S[i * row_step] = s[i];
   }
 }
 

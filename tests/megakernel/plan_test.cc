@@ -76,9 +76,10 @@ TEST(PlanTest, CachesGrowWithContextOnlyForAttentionLayers) {
             uint64_t{256} * attention_layers * 2 * hp.n_head_kv * hp.head_dim * 4);
 }
 
-// The DeltaNet conv and delta rule walk a head's channels and value columns 32 at a time, a lane
-// each, and the rule stages a head's query and key (at most 512 floats each) in a warp's shared
-// memory: other head widths are refused, and the error names them.
+// The DeltaNet conv and delta rule walk a head's channels and value columns 32 at a time, the rule
+// splits a state column over dk / 32 lanes (a power of two) and stages a head's query and key (at
+// most 512 floats each) in a warp's shared memory: other head widths are refused, and the error
+// names them.
 TEST(PlanTest, RefusesDeltaNetHeadsTheKernelsDoNotTake) {
   auto odd = Describe("synth:tiny-qwen3next?deltanet=2/4/48");
   ASSERT_NE(odd, nullptr);
@@ -92,6 +93,14 @@ TEST(PlanTest, RefusesDeltaNetHeadsTheKernelsDoNotTake) {
   auto wide = Describe("synth:tiny-qwen3next?deltanet=2/4/544");
   ASSERT_NE(wide, nullptr);
   EXPECT_FALSE(DimsForModel(*wide, 256).ok());
+  auto not_pow2 = Describe("synth:tiny-qwen3next?deltanet=2/4/96");
+  ASSERT_NE(not_pow2, nullptr);
+  const auto dims96 = DimsForModel(*not_pow2, 256);
+  ASSERT_FALSE(dims96.ok());
+  EXPECT_NE(dims96.status().message().find("DeltaNet key head dim 96 (need 32, 64, 128, 256 or 512)"),
+            std::string::npos)
+      << dims96.status();
+  EXPECT_EQ(dims96.status().message().find("value head dim"), std::string::npos) << dims96.status();
   auto fits = Describe("synth:tiny-qwen3next?deltanet=2/4/128");
   ASSERT_NE(fits, nullptr);
   EXPECT_TRUE(DimsForModel(*fits, 256).ok());
