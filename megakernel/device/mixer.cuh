@@ -962,6 +962,27 @@ __device__ __forceinline__ float ColumnSum(float v, int groups) {
   return v;
 }
 
+// A rule warp's q, k and v heads of every row, waited for at once (a lane a flag, acquire): a
+// conv warp publishes all rows of a head together, and three waits a row were 3·B round trips.
+// The warp barrier then orders every lane's reads after the waits, as in WaitCount.
+__device__ __forceinline__ void WaitRuleHeads(const MixerArgs& A, int kh, int j) {
+  const int n_k = A.dims.ssm_n_k;
+  if (Lane() < 3 * A.in->n_rows) {  // 3 · kMaxRows ≤ 32
+    const int which = Lane() % 3;
+    const int head = which == 0 ? kh : which == 1 ? n_k + kh : 2 * n_k + j;
+    cuda::atomic_ref<uint32_t, cuda::thread_scope_device> w(*HeadFlag(A, Lane() / 3, head));
+    while (w.load(cuda::memory_order_acquire) != A.in->seq) {
+#if __CUDA_ARCH__ >= 700
+      __nanosleep(64);
+#endif
+    }
+  }
+  __syncwarp();
+}
+
+// Elements of q and of k a lane loads before storing any (DeltaNetRule).
+inline constexpr int kRuleKeyLoads = 4;
+
 __device__ inline void DeltaNetRule(const MixerArgs& A, uint8_t* smem) {
   const ModelDims& D = A.dims;
   const int B = A.in->n_rows;
@@ -983,27 +1004,11 @@ __device__ inline void DeltaNetRule(const MixerArgs& A, uint8_t* smem) {
     float s[kRuleRowsPerLane];  // loaded before the waits, so the loads overlap the conv
 #pragma unroll
     for (int i = 0; i < kRuleRowsPerLane; ++i) s[i] = S[i * row_step];
+    const float a = A.dn.a[j], dt_bias = A.dn.dt_bias[j];  // before any store can alias them
+    WaitRuleHeads(A, kh, j);
     for (int r = 0; r < B; ++r) {
-      WaitCount(HeadFlag(A, r, kh), A.in->seq);
-      WaitCount(HeadFlag(A, r, n_k + kh), A.in->seq);
-      WaitCount(HeadFlag(A, r, 2 * n_k + j), A.in->seq);
       const float* y = A.s.mix + static_cast<int64_t>(r) * conv_dim;
-      __syncwarp();  // the previous row's reads of q and k are done
-      float qq = 0, kk2 = 0;  // Σq², Σk²: each lane's elements in order, then WarpSum
-      for (int i = Lane(); i < dk; i += 32) {
-        const float qi = __ldcg(y + kh * dk + i), ki = __ldcg(y + key_dim + kh * dk + i);
-        q[i] = qi;
-        k[i] = ki;
-        qq += qi * qi;
-        kk2 += ki * ki;
-      }
-      const float q_norm = (1.0f / sqrtf(WarpSum(qq) + 1e-6f)) * q_scale;
-      const float k_norm = 1.0f / sqrtf(WarpSum(kk2) + 1e-6f);
-      for (int i = Lane(); i < dk; i += 32) {  // each lane rescales what it staged
-        q[i] *= q_norm;
-        k[i] *= k_norm;
-      }
-      __syncwarp();
+      // The row's scalars first, then its q and k, so that all of them are in flight together.
       const float v = __ldcg(y + 2 * key_dim + j * dv + vv);
       const float* ba = A.s.proj + static_cast<int64_t>(r) * A.s.proj_stride + conv_dim + d_inner;
       float b, alpha;
@@ -1015,8 +1020,39 @@ __device__ inline void DeltaNetRule(const MixerArgs& A, uint8_t* smem) {
         b = ba[j];
         alpha = ba[n_v + j];
       }
+      __syncwarp();  // the previous row's reads of q and k are done
+      float qq = 0, kk2 = 0;  // Σq², Σk²: each lane's elements in order, then WarpSum
+      for (int i0 = 0; i0 < dk; i0 += 32 * kRuleKeyLoads) {
+        // kRuleKeyLoads elements a lane, loaded before any is stored; where dk < 128 the indices
+        // past dk repeat element dk - 1 (clamped, not guarded, so no load sits behind a branch)
+        // and count for nothing.
+        float qi[kRuleKeyLoads], ki[kRuleKeyLoads];
+#pragma unroll
+        for (int u = 0; u < kRuleKeyLoads; ++u) {
+          const int i = min(i0 + 32 * u + Lane(), dk - 1);
+          qi[u] = __ldcg(y + kh * dk + i);
+          ki[u] = __ldcg(y + key_dim + kh * dk + i);
+        }
+#pragma unroll
+        for (int u = 0; u < kRuleKeyLoads; ++u) {
+          const int i = i0 + 32 * u + Lane();
+          if (i < dk) {
+            q[i] = qi[u];
+            k[i] = ki[u];
+            qq += qi[u] * qi[u];
+            kk2 += ki[u] * ki[u];
+          }
+        }
+      }
+      const float q_norm = (1.0f / sqrtf(WarpSum(qq) + 1e-6f)) * q_scale;
+      const float k_norm = 1.0f / sqrtf(WarpSum(kk2) + 1e-6f);
+      for (int i = Lane(); i < dk; i += 32) {  // each lane rescales what it staged
+        q[i] *= q_norm;
+        k[i] *= k_norm;
+      }
+      __syncwarp();
       const float beta = Sigmoid(b);
-      const float decay = expf(A.dn.a[j] * Softplus(alpha + A.dn.dt_bias[j]));
+      const float decay = expf(a * Softplus(alpha + dt_bias));
       float kv = 0;
 #pragma unroll
       for (int i = 0; i < kRuleRowsPerLane; ++i) kv += (s[i] * decay) * k[i * groups + g];
