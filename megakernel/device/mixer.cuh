@@ -926,6 +926,9 @@ __device__ inline void DeltaNetConv(const MixerArgs& A) {
           }
           A.s.mix[static_cast<int64_t>(r) * conv_dim + c] = Silu(acc);
         }
+        // The head's last channels: row r is complete, so its rule warps may start on it while
+        // this warp computes the next row.
+        if (cb + 32 * kConvLaneChannels >= c0 + width) PublishHead(HeadFlag(A, r, it), A.in->seq);
       }
 #pragma unroll
       for (int i = 0; i < kConvLaneChannels; ++i) {
@@ -937,7 +940,6 @@ __device__ inline void DeltaNetConv(const MixerArgs& A) {
         }
       }
     }
-    for (int r = 0; r < B; ++r) PublishHead(HeadFlag(A, r, it), A.in->seq);
   }
 }
 
@@ -962,15 +964,14 @@ __device__ __forceinline__ float ColumnSum(float v, int groups) {
   return v;
 }
 
-// A rule warp's q, k and v heads of every row, waited for at once (a lane a flag, acquire): a
-// conv warp publishes all rows of a head together, and three waits a row were 3·B round trips.
-// The warp barrier then orders every lane's reads after the waits, as in WaitCount.
-__device__ __forceinline__ void WaitRuleHeads(const MixerArgs& A, int kh, int j) {
+// Row r's q, k and v heads for a rule warp, waited for at once (a lane a flag, acquire): three
+// waits one after another were three round trips. The warp barrier then orders every lane's
+// reads after the waits, as in WaitCount.
+__device__ __forceinline__ void WaitRuleHeads(const MixerArgs& A, int r, int kh, int j) {
   const int n_k = A.dims.ssm_n_k;
-  if (Lane() < 3 * A.in->n_rows) {  // 3 · kMaxRows ≤ 32
-    const int which = Lane() % 3;
-    const int head = which == 0 ? kh : which == 1 ? n_k + kh : 2 * n_k + j;
-    cuda::atomic_ref<uint32_t, cuda::thread_scope_device> w(*HeadFlag(A, Lane() / 3, head));
+  if (Lane() < 3) {
+    const int head = Lane() == 0 ? kh : Lane() == 1 ? n_k + kh : 2 * n_k + j;
+    cuda::atomic_ref<uint32_t, cuda::thread_scope_device> w(*HeadFlag(A, r, head));
     while (w.load(cuda::memory_order_acquire) != A.in->seq) {
 #if __CUDA_ARCH__ >= 700
       __nanosleep(64);
@@ -1005,8 +1006,8 @@ __device__ inline void DeltaNetRule(const MixerArgs& A, uint8_t* smem) {
 #pragma unroll
     for (int i = 0; i < kRuleRowsPerLane; ++i) s[i] = S[i * row_step];
     const float a = A.dn.a[j], dt_bias = A.dn.dt_bias[j];  // before any store can alias them
-    WaitRuleHeads(A, kh, j);
     for (int r = 0; r < B; ++r) {
+      WaitRuleHeads(A, r, kh, j);
       const float* y = A.s.mix + static_cast<int64_t>(r) * conv_dim;
       // The row's scalars first, then its q and k, so that all of them are in flight together.
       const float v = __ldcg(y + 2 * key_dim + j * dv + vv);
