@@ -57,8 +57,8 @@ absl::StatusOr<ModelDims> DimsForModel(const model::Model& model, int n_ctx) {
          absl::StrCat("DeltaNet value head dim ", d.ssm_dv, " (need a multiple of 32)"));
     // The delta rule splits a state column over dk / 32 lanes of a warp (DeltaNetRule).
     const bool dk_ok = d.ssm_dk >= 32 && d.ssm_dk <= 512 && (d.ssm_dk & (d.ssm_dk - 1)) == 0;
-    need(dk_ok, absl::StrCat("DeltaNet key head dim ", d.ssm_dk,
-                             " (need 32, 64, 128, 256 or 512)"));
+    need(dk_ok,
+         absl::StrCat("DeltaNet key head dim ", d.ssm_dk, " (need 32, 64, 128, 256 or 512)"));
   }
   if (!bad.empty()) {
     return absl::UnimplementedError(

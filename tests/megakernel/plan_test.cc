@@ -97,8 +97,9 @@ TEST(PlanTest, RefusesDeltaNetHeadsTheKernelsDoNotTake) {
   ASSERT_NE(not_pow2, nullptr);
   const auto dims96 = DimsForModel(*not_pow2, 256);
   ASSERT_FALSE(dims96.ok());
-  EXPECT_NE(dims96.status().message().find("DeltaNet key head dim 96 (need 32, 64, 128, 256 or 512)"),
-            std::string::npos)
+  EXPECT_NE(
+      dims96.status().message().find("DeltaNet key head dim 96 (need 32, 64, 128, 256 or 512)"),
+      std::string::npos)
       << dims96.status();
   EXPECT_EQ(dims96.status().message().find("value head dim"), std::string::npos) << dims96.status();
   auto fits = Describe("synth:tiny-qwen3next?deltanet=2/4/128");
