@@ -5,7 +5,8 @@
 // KV group's heads (the default at long ones, forced here). Two shapes resize their attention heads
 // (synth's attention=) to reach the paths the benchmark shapes run: 8 query heads of 128 per KV
 // head (qwen3-30b-a3b's teams of 8, lanes over head dimensions) and of 256 (flash-next-125b's teams
-// of 4). One resizes its DeltaNet heads (synth's deltanet=) to the benchmark shapes' width of 128.
+// of 4). Two resize their DeltaNet heads (synth's deltanet=): to the benchmark shapes' width of
+// 128, and to 256.
 // Compared: the half's contribution
 // (output minus input rows), normalised error. f32 weights: fp32 on both sides; q8_0: int8
 // activations on the GPU. GPU suite: skips with a message where no CUDA device is usable.
@@ -167,15 +168,20 @@ constexpr const char* kWiderHeads = "tiny-qwen3next?attention=16/2/256";
 // The benchmark shapes' DeltaNet head width (128; the tiny shapes have 64), two value heads a key
 // head as they have.
 constexpr const char* kWideDeltaNet = "tiny-qwen3next?deltanet=4/8/128";
+// Twice that: the delta rule splits each state column over dk / 32 lanes (8 here, 4 at 128) and
+// the conv walks a head in two chunks of channels, publishing its rows in the second.
+constexpr const char* kWiderDeltaNet = "tiny-qwen3next?deltanet=2/4/256";
 
-INSTANTIATE_TEST_SUITE_P(
-    Synth, LayerHalfTest,
-    ::testing::Combine(::testing::Values("tiny-qwen3moe", "tiny-qwen3next", "tiny-qwen35moe",
-                                         "tiny-flash-next", kWideHeads, kWiderHeads, kWideDeltaNet),
-                       ::testing::Bool()),
-    [](const auto& info) {
-      return SpecName(std::get<0>(info.param) + (std::get<1>(info.param) ? "_f32" : "_q8_0"));
-    });
+INSTANTIATE_TEST_SUITE_P(Synth, LayerHalfTest,
+                         ::testing::Combine(::testing::Values("tiny-qwen3moe", "tiny-qwen3next",
+                                                              "tiny-qwen35moe", "tiny-flash-next",
+                                                              kWideHeads, kWiderHeads,
+                                                              kWideDeltaNet, kWiderDeltaNet),
+                                            ::testing::Bool()),
+                         [](const auto& info) {
+                           return SpecName(std::get<0>(info.param) +
+                                           (std::get<1>(info.param) ? "_f32" : "_q8_0"));
+                         });
 
 // Q3_K experts, as flash-next-125b has (256-wide expert rows: a Q3_K block is 256 weights), read
 // from the device's padded 112-byte blocks (codecs.h); q8_0 activations only.
