@@ -88,13 +88,6 @@ __device__ __forceinline__ T LoadStreaming(const T* p) {
   return __ldcs(p);
 }
 
-// Asks for the line holding p in this multiprocessor's L1, without waiting for it, so that a warp
-// that later walks the lines as a chain of dependent loads finds them nearer. Measured, it bought
-// about what L2 hits would (the mixer kernels give most of L1 to shared memory; session 26).
-__device__ __forceinline__ void PrefetchL1(const void* p) {
-  asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
-}
-
 // N little-endian 32-bit words starting at any byte address p. Reads one aligned word past the
 // last (device weight buffers carry slack for it); branch-free so that lanes whose blocks have
 // different alignments do not diverge.
