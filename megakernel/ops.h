@@ -22,8 +22,7 @@ enum class MixerOp : int32_t {
   kNormRope,        // attention: k (and, for teams, q) RMSNorm, RoPE, KV append
   kAttention,       // attention: every key chunk's partials
   kAttentionMerge,  // attention: chunk merge and sigmoid gate
-  kConv,            // DeltaNet: causal conv, SiLU
-  kDeltaRule,       // DeltaNet: q/k L2 norms, the state update and its output
+  kConvDeltaRule,   // DeltaNet: causal conv + SiLU, q/k L2 norms, the state update and its output
   kGatedNorm,       // DeltaNet: gated RMSNorm into op_act[1]
   kOutQuantize,     // the output projection's input as int8 blocks in op_act[1] (one block)
   kOutProject,      // output projection added to the residual

@@ -77,9 +77,9 @@ struct ModelDims {
   TANDEM_MEMBER_HD int32_t q_rows() const { return n_head * q_head_stride(); }
   TANDEM_MEMBER_HD int32_t kv_dim() const { return n_head_kv * head_dim; }
   // Step flags per row and layer (Scratch::head_ready): an attention layer's KV heads, then its
-  // query heads, or a DeltaNet layer's conv heads (q and k per key head, then the value heads).
+  // query heads, or (row 0 only) a DeltaNet layer's value heads.
   TANDEM_MEMBER_HD int32_t step_flags_per_row() const {
-    const int32_t attention = n_head_kv + n_head, deltanet = 2 * ssm_n_k + ssm_n_v;
+    const int32_t attention = n_head_kv + n_head, deltanet = ssm_n_v;
     return attention > deltanet ? attention : deltanet;
   }
 };
@@ -102,9 +102,9 @@ struct Scratch {
   float* x = nullptr;         // [B][n_embd] residual stream
   float* proj = nullptr;      // [B][proj_stride] mixer projections (q|k|v or qkv|z|b|a)
   int32_t proj_stride = 0;
-  float* mix = nullptr;       // [B][mix_stride] attention output / DeltaNet conv output
+  float* mix = nullptr;  // [B][mix_stride] attention output
   int32_t mix_stride = 0;
-  float* mix2 = nullptr;      // [B][mix_stride] DeltaNet delta-rule output before the gated norm
+  float* mix2 = nullptr;       // [B][d_inner] DeltaNet delta-rule output before the gated norm
   float* attn_part = nullptr;  // [B][n_head][n_chunks_max][kAttnPartHeader + head_dim] partials
   int32_t n_chunks_max = 0;
   float* router = nullptr;    // [B][n_expert] router logits
@@ -116,8 +116,8 @@ struct Scratch {
   int32_t* routes = nullptr;  // RouteTable (see moe.cuh), written by block 0
   // [n_layer][kMaxRows][step_flags_per_row()]: StepInput::seq once a row's key and value head is
   // normed, roped and appended (or, for the team paths, a query head normed and roped) in that
-  // layer's attention phase, or once a row's conv head is written in that layer's DeltaNet conv +
-  // delta-rule phase.
+  // layer's attention phase, or, in a DeltaNet layer's conv + delta-rule phase, once a value head's
+  // block has read its key head's conv state (row 0).
   uint32_t* head_ready = nullptr;
   // [kMaxRows][n_head]: key chunks of the running attention layer whose partials are written
   // (release increments); the output-projection phase zeroes them for the next layer.

@@ -71,8 +71,7 @@ int MixerOps(const MixerArgs& a, OpLaunch* out) {
   add(MixerOp::kQuantize, true);
   for (int j = 0; j < InputProjectionCount(a); ++j) add(MixerOp::kProject, false, j);
   if (a.recurrent) {
-    add(MixerOp::kConv, false);
-    add(MixerOp::kDeltaRule, false);
+    add(MixerOp::kConvDeltaRule, false);
     add(MixerOp::kGatedNorm, false);
   } else {
     add(MixerOp::kNormRope, false);

@@ -242,7 +242,7 @@ absl::Status GpuRunner::AllocateState() {
   const int conv_dim = hp.is_hybrid() ? d.ssm_conv_dim() : 0;
   const int d_inner = hp.is_hybrid() ? d.ssm_d_inner() : 0;
   s.proj_stride = std::max(d.q_rows() + 2 * d.kv_dim(), conv_dim + d_inner + 2 * d.ssm_n_v);
-  s.mix_stride = std::max(d.n_head * d.head_dim, conv_dim);
+  s.mix_stride = d.n_head * d.head_dim;
   s.n_chunks_max =
       std::min((d.n_ctx + kMinAttentionChunk - 1) / kMinAttentionChunk, kMaxAttentionChunks);
   int device = 0, sms = 0;
@@ -256,7 +256,7 @@ absl::Status GpuRunner::AllocateState() {
   } f32s[] = {
       {&s.x, uint64_t{B} * d.n_embd, "x"},
       {&s.proj, uint64_t{B} * s.proj_stride, "projections"},
-      {&s.mix, uint64_t{B} * s.mix_stride, "mixer output"},
+      {&s.mix, uint64_t{B} * s.mix_stride, "attention output"},
       {&s.mix2, uint64_t{B} * std::max(1, d_inner), "DeltaNet output"},
       {&s.attn_part, uint64_t{B} * d.n_head * s.n_chunks_max * (kAttnPartHeader + d.head_dim),
        "attention partials"},
@@ -342,10 +342,11 @@ absl::Status GpuRunner::AllocateState() {
   // Launch shapes per rows variant: the largest shared-memory need of any phase.
   for (int v = 0; v < kNumRowsVariants; ++v) {
     const int R = kRowsVariants[v];
-    const int64_t mixer_smem =
-        std::max({ActSetBytes(R, d.n_embd, true), ActSetBytes(R, d.n_head * d.head_dim, false),
-                  hp.is_hybrid() ? ActSetBytes(R, d_inner, true) : int64_t{0},
-                  kWarpsPerBlock * kAttentionBytesPerWarp});
+    const int64_t mixer_smem = std::max(
+        {ActSetBytes(R, d.n_embd, true), ActSetBytes(R, d.n_head * d.head_dim, false),
+         hp.is_hybrid() ? ActSetBytes(R, d_inner, true) : int64_t{0},
+         hp.is_hybrid() ? DeltaNetSmemBytes(R, d.ssm_dk, d.ssm_dv, d.ssm_conv_kernel) : int64_t{0},
+         kWarpsPerBlock * kAttentionBytesPerWarp});
     const int64_t moe_smem =
         std::max({ActSetBytes(R, d.n_embd, true),
                   RouteSmemBytes(d.n_expert, R) + ActSetBytes(R, d.n_embd, true) +
@@ -372,6 +373,13 @@ absl::Status GpuRunner::AllocateState() {
             " KiB (compute capability 8.0 and newer allow 99 KiB or more)"));
       }
       TANDEM_CUDA_RETURN_IF_ERROR(PrepareHalf(h.half, R, h.smem, cap, h.shape));
+    }
+    // DeltaNetConvRule runs a value head on each block, all at once.
+    if (hp.is_hybrid() && mixer_shape_[v].grid < d.ssm_n_v) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("--backend cuda: the DeltaNet layers need a block for each of their ",
+                       d.ssm_n_v, " value heads, and the mixer kernel for ", R, " rows fits ",
+                       mixer_shape_[v].grid, " blocks on this GPU"));
     }
   }
   return Reset();

@@ -19,4 +19,12 @@ TANDEM_HD constexpr int64_t ActSetBytes(int n, int cols, bool fp32_shared) {
 // The attention-scores phase stages each warp's query heads (at most 32 floats a lane).
 inline constexpr int64_t kAttentionBytesPerWarp = 32 * 32 * 4;
 
+// DeltaNetConvRule (device/mixer.cuh) keeps, for each row, the conv output of the q and k of the
+// block's key head and of its value head, then the head's beta and decay; after the rows, the
+// next conv state of the key head's q and k channels (K - 1 floats each).
+TANDEM_HD constexpr int DeltaNetRowFloats(int dk, int dv) { return 2 * dk + dv + 2; }
+TANDEM_HD constexpr int64_t DeltaNetSmemBytes(int rows, int dk, int dv, int conv_kernel) {
+  return (int64_t{rows} * DeltaNetRowFloats(dk, dv) + int64_t{2} * dk * (conv_kernel - 1)) * 4;
+}
+
 }  // namespace tandem::megakernel

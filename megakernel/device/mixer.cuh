@@ -857,108 +857,39 @@ __device__ void AttentionOutput(const MixerArgs& A, uint8_t* smem) {
   RunJobs<R>(Plan().job, 1);
 }
 
+// DeltaNet phase 1: the causal conv (+ SiLU), the q/k L2 norms and the delta rule, a block per
+// value head (head j on block j; the runner checks that the grid has that many). The block
+// convolves the channels its head reads, the q and k of its key head and its own value channels,
+// into shared memory, norms q and k there, and runs the rule from there, so that no row waits on
+// another multiprocessor. With the conv in warps of its own, publishing each row's heads with
+// flags that the rule warps waited for, a row paid the conv's loads, its stores and release, the
+// rule's acquire and its loads of the conv output: flash-next-125b's phase took 10.4 us at one row
+// and 20.0 at four, on one block 8.0 and 16.4 (session 37).
+//
+// The state of a value head is dk rows × dv columns; a warp takes chunks of 32 / G columns, G =
+// dk / 32 lanes to a column, and lane (column c, group g) holds rows g, g + G, ..., g + 31·G of its
+// column in registers from before the conv to after its last row, so that each row is 32
+// multiply-adds a lane and two sums over G lanes. Held in global memory instead, each row's two
+// passes over the state were chains of L2 round trips (3.0 and 3.8 us a pass at flash-next-125b's
+// dk = 128, session 26; in registers its phase went from 13.9 to 11.1 us at one row and from 42.5
+// to 24.0 at four, session 36). Group g's lanes read q and k at g + G·i: G consecutive words, no
+// bank conflict.
+//
+// The rr value heads of a key head all read its q and k channels' conv state; the last of them in
+// index order (KeyGroupMember) writes it, once the others' blocks have flagged that they have read
+// it (HeadFlag(A, 0, j), release after the block barrier that follows their reads). Every block is
+// resident and the readers publish before they wait on anything, so the wait ends.
+inline constexpr int kRuleRowsPerLane = 32;
+
 __device__ __forceinline__ float Softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
-// DeltaNet phase 1: causal conv (state update) + SiLU per channel, rows in order. Warp per head of
-// channels, the grid's first; each row's head is published with a flag (HeadFlag, index = the
-// item) for the delta rule, which takes the query and key heads' L2 norms, as soon as the row is
-// done, so that the rule works on row r while the conv computes row r + 1 (published all at the
-// end, flash-next-125b's 4-row phase took 23.8 us, row by row 19.7; session 36). A lane holds
-// kConvLaneChannels channels at a time: their taps, state and inputs are all loaded before any is
-// used, and the state stays in registers across the rows. Channel by channel, with the state stored
-// between the loads, the loads went out one channel at a time: the conv took 7 of the phase's 16 us
-// even with its lines requested ahead (flash-next-125b, session 26). Tap and state indices are
-// clamped to K so that no load sits behind a branch (a guarded load is a branch around it in PTX,
-// and batches of guarded loads ran slower than single loads, session 26).
-inline constexpr int kConvLaneChannels = 4;
-
-__device__ inline void DeltaNetConv(const MixerArgs& A) {
-  const ModelDims& D = A.dims;
-  const int B = A.in->n_rows, K = D.ssm_conv_kernel;
-  const int n_k = D.ssm_n_k, dk = D.ssm_dk, dv = D.ssm_dv;
-  const int key_dim = n_k * dk, conv_dim = D.ssm_conv_dim();
-  const int n_items = 2 * n_k + D.ssm_n_v;
-  constexpr int kTaps = kMaxConvKernel, kState = kMaxConvKernel - 1;
-  for (int it = GlobalWarp(); it < n_items; it += GridWarps()) {
-    const bool is_v = it >= 2 * n_k;
-    const int c0 = is_v ? 2 * key_dim + (it - 2 * n_k) * dv : it * dk;
-    const int width = is_v ? dv : dk;  // a multiple of 32 (plan.cc)
-    for (int cb = c0; cb < c0 + width; cb += 32 * kConvLaneChannels) {
-      const int n_ch = min(kConvLaneChannels, (c0 + width - cb) / 32);  // warp-uniform
-      float w[kConvLaneChannels][kTaps], st[kConvLaneChannels][kState];
-#pragma unroll
-      for (int i = 0; i < kConvLaneChannels; ++i) {
-        const int c = cb + 32 * min(i, n_ch - 1) + Lane();
-#pragma unroll
-        for (int j = 0; j < kTaps; ++j)
-          w[i][j] = A.dn.conv[static_cast<int64_t>(c) * K + min(j, K - 1)];
-#pragma unroll
-        for (int j = 0; j < kState; ++j) {
-          st[i][j] = A.dn.conv_state[static_cast<int64_t>(c) * (K - 1) + min(j, K - 2)];
-        }
-      }
-      for (int r = 0; r < B; ++r) {
-        const float* xin = A.s.proj + static_cast<int64_t>(r) * A.s.proj_stride;
-        float x[kConvLaneChannels];
-#pragma unroll
-        for (int i = 0; i < kConvLaneChannels; ++i) x[i] = xin[cb + 32 * min(i, n_ch - 1) + Lane()];
-#pragma unroll
-        for (int i = 0; i < kConvLaneChannels; ++i) {
-          if (i >= n_ch) break;
-          const int c = cb + 32 * i + Lane();
-          float w_last = 0;  // tap K - 1, which meets the input
-#pragma unroll
-          for (int j = 0; j < kTaps; ++j) w_last = j == K - 1 ? w[i][j] : w_last;
-          float acc = w_last * x[i];
-#pragma unroll
-          for (int j = 0; j < kState; ++j) {
-            if (j < K - 1) acc += w[i][j] * st[i][j];
-          }
-#pragma unroll
-          for (int j = 0; j < kState; ++j) {
-            st[i][j] =
-                j + 1 < K - 1 ? st[i][j + 1 < kState ? j + 1 : j] : (j == K - 2 ? x[i] : st[i][j]);
-          }
-          if (B > 1 && r < B - 1) {
-            float* snap = A.dn.conv_snap + (static_cast<int64_t>(r) * conv_dim + c) * (K - 1);
-#pragma unroll
-            for (int j = 0; j < kState; ++j) {
-              if (j < K - 1) snap[j] = st[i][j];
-            }
-          }
-          A.s.mix[static_cast<int64_t>(r) * conv_dim + c] = Silu(acc);
-        }
-        // The head's last channels: row r is complete, so its rule warps may start on it while
-        // this warp computes the next row.
-        if (cb + 32 * kConvLaneChannels >= c0 + width) PublishHead(HeadFlag(A, r, it), A.in->seq);
-      }
-#pragma unroll
-      for (int i = 0; i < kConvLaneChannels; ++i) {
-        if (i >= n_ch) break;
-        float* out = A.dn.conv_state + static_cast<int64_t>(cb + 32 * i + Lane()) * (K - 1);
-#pragma unroll
-        for (int j = 0; j < kState; ++j) {
-          if (j < K - 1) out[j] = st[i][j];
-        }
-      }
-    }
-  }
+// The key head value head j reads, and the i-th of the value heads that read key head kh.
+__device__ __forceinline__ int KeyHeadOf(const ModelDims& D, int j) {
+  return D.ssm_tiled_heads ? j % D.ssm_n_k : j / (D.ssm_n_v / D.ssm_n_k);
 }
-
-// The rest of DeltaNet phase 1: the delta rule, counted from the grid's last warp. The state of a
-// value head is dk rows × dv columns; a warp takes 32 / G columns of one head, G = dk / 32 lanes to
-// a column, and lane (column c, group g) holds rows g, g + G, ..., g + 31·G of its column in
-// registers from before its first row to after its last, so that each row is 32 multiply-adds a
-// lane and two sums over G lanes. Held in global memory instead, each row's two passes over the
-// state were chains of L2 round trips (3.0 and 3.8 us a pass at flash-next-125b's dk = 128, session
-// 26; in registers its conv + rule phase went from 13.9 to 11.1 us at one row and from 42.5 to 24.0
-// at four, session 36). The conv heads it reads come from warps of the
-// same phase (the conv phase and its barrier cost 6.7 us per DeltaNet layer on flash-next-125b at
-// 512 keys, 2026-11-30): for each row it waits for the flags of its q, k and v heads (see
-// HeadFlag), then stages q and k in the warp's shared memory, read through L2, and normalises them
-// there (L2 norm, queries also scaled by 1/sqrt(dk)), so that the conv warps need no second pass
-// over their heads. Group g's lanes read q and k at g + G·i: G consecutive words, no bank conflict.
-inline constexpr int kRuleRowsPerLane = 32;
+__device__ __forceinline__ int KeyGroupMember(const ModelDims& D, int kh, int i) {
+  return D.ssm_tiled_heads ? kh + i * D.ssm_n_k : kh * (D.ssm_n_v / D.ssm_n_k) + i;
+}
 
 // The sum of v over the `groups` neighbouring lanes of a column (lanes c·groups .. c·groups +
 // groups - 1); every lane gets the same bits, since each butterfly step adds the same two values.
@@ -967,53 +898,106 @@ __device__ __forceinline__ float ColumnSum(float v, int groups) {
   return v;
 }
 
-// Row r's q, k and v heads for a rule warp, waited for at once (a lane a flag, acquire): three
-// waits one after another were three round trips. The warp barrier then orders every lane's
-// reads after the waits, as in WaitCount.
-__device__ __forceinline__ void WaitRuleHeads(const MixerArgs& A, int r, int kh, int j) {
-  const int n_k = A.dims.ssm_n_k;
-  if (Lane() < 3) {
-    const int head = Lane() == 0 ? kh : Lane() == 1 ? n_k + kh : 2 * n_k + j;
-    cuda::atomic_ref<uint32_t, cuda::thread_scope_device> w(*HeadFlag(A, r, head));
-    while (w.load(cuda::memory_order_acquire) != A.in->seq) {
-#if __CUDA_ARCH__ >= 700
-      __nanosleep(64);
-#endif
-    }
+// Causal conv + SiLU of channel c over the step's rows, into out[r · out_stride]; where `snaps`,
+// the state after each row but the last into the rollback snapshot. `next` gets the state after
+// the last row, for the caller to store. The taps, state and inputs are all loaded before any is
+// used (loaded channel by channel, the conv took 7 of the phase's 16 us, flash-next-125b, session
+// 26); tap, state and row indices are clamped, not guarded, so that no load sits behind a branch.
+template <int R>
+__device__ __forceinline__ void ConvChannel(const MixerArgs& A, int c, float* out, int out_stride,
+                                            bool snaps, float (&next)[kMaxConvKernel - 1]) {
+  const ModelDims& D = A.dims;
+  const int B = A.in->n_rows, K = D.ssm_conv_kernel, conv_dim = D.ssm_conv_dim();
+  constexpr int kTaps = kMaxConvKernel, kState = kMaxConvKernel - 1;
+  float w[kTaps], st[kState], x[R];
+#pragma unroll
+  for (int j = 0; j < kTaps; ++j) w[j] = A.dn.conv[static_cast<int64_t>(c) * K + min(j, K - 1)];
+#pragma unroll
+  for (int j = 0; j < kState; ++j) {
+    st[j] = A.dn.conv_state[static_cast<int64_t>(c) * (K - 1) + min(j, K - 2)];
   }
-  __syncwarp();
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    x[r] = A.s.proj[static_cast<int64_t>(min(r, B - 1)) * A.s.proj_stride + c];
+  }
+  // Tap K - 1, which meets the input, loaded again: a select over w by K made w a stack array.
+  const float w_last = A.dn.conv[static_cast<int64_t>(c) * K + K - 1];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    if (r >= B) break;
+    float acc = w_last * x[r];
+#pragma unroll
+    for (int j = 0; j < kState; ++j) {
+      if (j < K - 1) acc += w[j] * st[j];
+    }
+#pragma unroll
+    for (int j = 0; j < kState; ++j) {
+      st[j] = j + 1 < K - 1 ? st[j + 1 < kState ? j + 1 : j] : (j == K - 2 ? x[r] : st[j]);
+    }
+    if (snaps && r < B - 1) {
+      float* snap = A.dn.conv_snap + (static_cast<int64_t>(r) * conv_dim + c) * (K - 1);
+#pragma unroll
+      for (int j = 0; j < kState; ++j) {
+        if (j < K - 1) snap[j] = st[j];
+      }
+    }
+    out[r * out_stride] = Silu(acc);
+  }
+#pragma unroll
+  for (int j = 0; j < kState; ++j) next[j] = st[j];
 }
 
-// Elements of q and of k a lane loads before storing any (DeltaNetRule).
-inline constexpr int kRuleKeyLoads = 4;
-
-__device__ inline void DeltaNetRule(const MixerArgs& A, uint8_t* smem) {
+template <int R>
+__device__ inline void DeltaNetConvRule(const MixerArgs& A, uint8_t* smem) {
   const ModelDims& D = A.dims;
   const int B = A.in->n_rows;
   const int n_k = D.ssm_n_k, n_v = D.ssm_n_v, dk = D.ssm_dk, dv = D.ssm_dv;
   const int key_dim = n_k * dk, conv_dim = D.ssm_conv_dim(), d_inner = D.ssm_d_inner();
-  const int rr = n_v / n_k;
+  const int rr = n_v / n_k, K = D.ssm_conv_kernel;
+  const int n_ch = 2 * dk + dv, row_floats = DeltaNetRowFloats(dk, dv);
   const int groups = dk / kRuleRowsPerLane;  // a power of two, 1 to 16 (plan.cc)
   const int g = Lane() % groups, cols = 32 / groups;
-  const int col_chunks = dv / cols;  // dv: a multiple of 32 (plan.cc)
+  const int n_chunks = dv / cols;  // dv: a multiple of 32 (plan.cc)
   const int64_t row_step = static_cast<int64_t>(groups) * dv;
   const float q_scale = 1.0f / sqrtf(static_cast<float>(dk));
-  float* q = reinterpret_cast<float*>(smem + Warp() * kAttentionBytesPerWarp);  // dk ≤ 512
-  float* k = q + dk;
-  for (int it = GridWarps() - 1 - GlobalWarp(); it < n_v * col_chunks; it += GridWarps()) {
-    const int j = it / col_chunks, vv = (it % col_chunks) * cols + Lane() / groups;
-    const int kh = D.ssm_tiled_heads ? j % n_k : j / rr;
-    const int64_t lane_at = static_cast<int64_t>(j) * dk * dv + static_cast<int64_t>(g) * dv + vv;
-    float* S = A.dn.ssm_state + lane_at;
-    float s[kRuleRowsPerLane];  // loaded before the waits, so the loads overlap the conv
+  float* y = reinterpret_cast<float*>(smem);
+  const int j = blockIdx.x;  // a value head a block (the runner checks that the grid has one)
+  if (j >= n_v) return;
+  const int kh = KeyHeadOf(D, j);
+  const bool writes_keys = KeyGroupMember(D, kh, rr - 1) == j;
+  // A lane's rows of its column in chunk `chunk`.
+  auto column = [&](int chunk) {
+    return A.dn.ssm_state + static_cast<int64_t>(j) * dk * dv + static_cast<int64_t>(g) * dv +
+           chunk * cols + Lane() / groups;
+  };
+  int chunk = Warp();
+  float s[kRuleRowsPerLane];  // the first chunk's, loaded before the conv so the two overlap
+  if (chunk < n_chunks) {
+    const float* S = column(chunk);
 #pragma unroll
     for (int i = 0; i < kRuleRowsPerLane; ++i) s[i] = S[i * row_step];
-    const float a = A.dn.a[j], dt_bias = A.dn.dt_bias[j];  // before any store can alias them
-    for (int r = 0; r < B; ++r) {
-      WaitRuleHeads(A, r, kh, j);
-      const float* y = A.s.mix + static_cast<int64_t>(r) * conv_dim;
-      // The row's scalars first, then its q and k, so that all of them are in flight together.
-      const float v = __ldcg(y + 2 * key_dim + j * dv + vv);
+  }
+
+  // The conv, a thread a channel: q, k, then the value head's, whose state only this block
+  // reads. The key head's next state waits in shared memory for the group's readers.
+  float* keys_next = y + B * row_floats;
+  for (int t = threadIdx.x; t < n_ch; t += kBlockThreads) {
+    const bool is_key = t < 2 * dk;
+    const int c = t < dk       ? kh * dk + t
+                  : t < 2 * dk ? key_dim + kh * dk + (t - dk)
+                               : 2 * key_dim + j * dv + (t - 2 * dk);
+    float next[kMaxConvKernel - 1];
+    ConvChannel<R>(A, c, y + t, row_floats, !is_key || writes_keys, next);
+    float* out =
+        is_key ? keys_next + t * (K - 1) : A.dn.conv_state + static_cast<int64_t>(c) * (K - 1);
+#pragma unroll
+    for (int i = 0; i < kMaxConvKernel - 1; ++i) {
+      if (i < K - 1) out[i] = next[i];
+    }
+  }
+  {  // the rows' beta and decay, on the last warp
+    const int r = static_cast<int>(threadIdx.x) - (kBlockThreads - 32);
+    if (r >= 0 && r < B) {
       const float* ba = A.s.proj + static_cast<int64_t>(r) * A.s.proj_stride + conv_dim + d_inner;
       float b, alpha;
       if (D.ssm_grouped_ba) {
@@ -1024,39 +1008,57 @@ __device__ inline void DeltaNetRule(const MixerArgs& A, uint8_t* smem) {
         b = ba[j];
         alpha = ba[n_v + j];
       }
-      __syncwarp();  // the previous row's reads of q and k are done
-      float qq = 0, kk2 = 0;  // Σq², Σk²: each lane's elements in order, then WarpSum
-      for (int i0 = 0; i0 < dk; i0 += 32 * kRuleKeyLoads) {
-        // kRuleKeyLoads elements a lane, loaded before any is stored; where dk < 128 the indices
-        // past dk repeat element dk - 1 (clamped, not guarded, so no load sits behind a branch)
-        // and count for nothing.
-        float qi[kRuleKeyLoads], ki[kRuleKeyLoads];
-#pragma unroll
-        for (int u = 0; u < kRuleKeyLoads; ++u) {
-          const int i = min(i0 + 32 * u + Lane(), dk - 1);
-          qi[u] = __ldcg(y + kh * dk + i);
-          ki[u] = __ldcg(y + key_dim + kh * dk + i);
-        }
-#pragma unroll
-        for (int u = 0; u < kRuleKeyLoads; ++u) {
-          const int i = i0 + 32 * u + Lane();
-          if (i < dk) {
-            q[i] = qi[u];
-            k[i] = ki[u];
-            qq += qi[u] * qi[u];
-            kk2 += ki[u] * ki[u];
-          }
-        }
+      y[r * row_floats + n_ch] = Sigmoid(b);
+      y[r * row_floats + n_ch + 1] = expf(A.dn.a[j] * Softplus(alpha + A.dn.dt_bias[j]));
+    }
+  }
+  __syncthreads();
+  if (!writes_keys) {
+    // This block's reads of the key head's conv state are done (the barrier above).
+    if (threadIdx.x == 0) {
+      cuda::atomic_ref<uint32_t, cuda::thread_scope_device>(*HeadFlag(A, 0, j))
+          .store(A.in->seq, cuda::memory_order_release);
+    }
+  } else if (Warp() == 0) {
+    for (int i = Lane(); i < rr - 1; i += 32) {
+      cuda::atomic_ref<uint32_t, cuda::thread_scope_device> w(
+          *HeadFlag(A, 0, KeyGroupMember(D, kh, i)));
+      while (w.load(cuda::memory_order_acquire) != A.in->seq) {
+#if __CUDA_ARCH__ >= 700
+        __nanosleep(64);
+#endif
       }
-      const float q_norm = (1.0f / sqrtf(WarpSum(qq) + 1e-6f)) * q_scale;
-      const float k_norm = 1.0f / sqrtf(WarpSum(kk2) + 1e-6f);
-      for (int i = Lane(); i < dk; i += 32) {  // each lane rescales what it staged
-        q[i] *= q_norm;
-        k[i] *= k_norm;
-      }
-      __syncwarp();
-      const float beta = Sigmoid(b);
-      const float decay = expf(a * Softplus(alpha + dt_bias));
+    }
+    __syncwarp();
+  }
+  // The L2 norms of each row's q and k (queries also scaled by 1/sqrt(dk)), a warp a vector.
+  for (int v = Warp(); v < 2 * B; v += kWarpsPerBlock) {
+    float* e = y + (v / 2) * row_floats + (v % 2) * dk;
+    float ss = 0;
+    for (int i = Lane(); i < dk; i += 32) ss += e[i] * e[i];
+    const float scale = (1.0f / sqrtf(WarpSum(ss) + 1e-6f)) * (v % 2 == 0 ? q_scale : 1.0f);
+    for (int i = Lane(); i < dk; i += 32) e[i] *= scale;
+  }
+  __syncthreads();
+  if (writes_keys) {  // the q and k channels' state, now that the group has read it
+    for (int i = threadIdx.x; i < 2 * dk * (K - 1); i += kBlockThreads) {
+      const int t = i / (K - 1);
+      const int c = t < dk ? kh * dk + t : key_dim + kh * dk + (t - dk);
+      A.dn.conv_state[static_cast<int64_t>(c) * (K - 1) + i % (K - 1)] = keys_next[i];
+    }
+  }
+
+  for (; chunk < n_chunks; chunk += kWarpsPerBlock) {
+    float* S = column(chunk);
+    if (chunk != Warp()) {
+#pragma unroll
+      for (int i = 0; i < kRuleRowsPerLane; ++i) s[i] = S[i * row_step];
+    }
+    const int vv = chunk * cols + Lane() / groups;
+    for (int r = 0; r < B; ++r) {
+      const float* q = y + r * row_floats;
+      const float* k = q + dk;
+      const float v = q[2 * dk + vv], beta = q[n_ch], decay = q[n_ch + 1];
       float kv = 0;
 #pragma unroll
       for (int i = 0; i < kRuleRowsPerLane; ++i) kv += (s[i] * decay) * k[i * groups + g];
@@ -1068,7 +1070,8 @@ __device__ inline void DeltaNetRule(const MixerArgs& A, uint8_t* smem) {
         o += s[i] * q[i * groups + g];
       }
       if (B > 1 && r < B - 1) {  // the state after this row, for a rollback to it
-        float* snap = A.dn.ssm_snap + static_cast<int64_t>(r) * n_v * dk * dv + lane_at;
+        float* snap =
+            A.dn.ssm_snap + static_cast<int64_t>(r) * n_v * dk * dv + (S - A.dn.ssm_state);
 #pragma unroll
         for (int i = 0; i < kRuleRowsPerLane; ++i) snap[i * row_step] = s[i];
       }
@@ -1125,8 +1128,7 @@ __device__ void MixerPhase(const MixerArgs& A, int phase, uint8_t* smem) {
     switch (phase) {
       case 0: MixerProjections<R>(A, smem); break;
       case 1:
-        DeltaNetConv(A);
-        DeltaNetRule(A, smem);
+        DeltaNetConvRule<R>(A, smem);
         break;
       case 2:
         DeltaNetOutput<R>(A, smem);

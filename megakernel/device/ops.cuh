@@ -112,11 +112,8 @@ __device__ void MixerOpBody(const MixerArgs& A, MixerOp op, int arg, uint8_t* sm
     case MixerOp::kAttentionMerge:
       AttentionCombine<R>(A);
       break;
-    case MixerOp::kConv:
-      DeltaNetConv(A);
-      break;
-    case MixerOp::kDeltaRule:
-      DeltaNetRule(A, smem);
+    case MixerOp::kConvDeltaRule:
+      DeltaNetConvRule<R>(A, smem);
       break;
     case MixerOp::kGatedNorm: {
       float* xs;

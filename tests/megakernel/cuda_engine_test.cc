@@ -367,5 +367,19 @@ TEST(CudaEngineTest, BudgetTooSmallSaysWhatItNeeds) {
   EXPECT_NE(e.status().message().find("needs"), std::string::npos) << e.status();
 }
 
+// The DeltaNet conv + delta-rule phase runs every value head on a block of its own at once; a
+// model with more value heads than the grid has blocks is refused at load, with the numbers.
+TEST(CudaEngineTest, MoreDeltaNetValueHeadsThanBlocksSaysSo) {
+  SKIP_WITHOUT_GPU();
+  EngineOptions o;
+  o.model = "synth:tiny-qwen3next?deltanet=1/1024/32";  // more heads than any GPU's grid
+  o.backend = "cuda";
+  o.n_ctx = 256;
+  auto e = Engine::Load(o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kFailedPrecondition) << e.status();
+  EXPECT_NE(e.status().message().find("1024 value heads"), std::string::npos) << e.status();
+}
+
 }  // namespace
 }  // namespace tandem::engine
