@@ -8,12 +8,24 @@
 # context 512 on both benchmark shapes. Logs and JSON go to $OUT as <variant>_*. Set MODELS,
 # CONTEXTS or STEPS to change the bench; REPEAT=2 runs the whole list twice (noise check). Only
 # 8 files come back from a call, so the printed lines are the record; the JSON of the first
-# variants comes back too. PHASES=1 also prints each run's phase timeline.
+# variants comes back too. PHASES=1 also prints each run's phase timeline. SASS=KERNEL_REGEX (with
+# variants packed by CUBIN=1 pack_variant.sh) first prints, for each variant after the first, how
+# that kernel's functions differ from the first variant's (tools/device/sass_functions.py).
 set -uo pipefail
 out=${OUT:-out}
 mkdir -p "$out"
 models=${MODELS:-"synth:qwen3-30b-a3b synth:flash-next-125b"}
 t0=$(date +%s)
+if [[ -n ${SASS:-} ]]; then
+  PATH=$PATH:/usr/local/cuda/bin  # nvdisasm
+  first=$1
+  for dir in "${@:2}"; do
+    echo "SASS of $SASS: $(basename "$first") | $(basename "$dir")"
+    nvdisasm -c "$first/kernels.cubin" > "$out/a.sass" && nvdisasm -c "$dir/kernels.cubin" > "$out/b.sass" &&
+      python3 "$(dirname "$0")/sass_functions.py" "$SASS" "$out/a.sass" "$out/b.sass"
+    rm -f "$out/a.sass" "$out/b.sass"
+  done
+fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader > "$out/machine.txt" 2>&1
 for pass in $(seq "${REPEAT:-1}"); do
   for dir in "$@"; do

@@ -3,6 +3,8 @@
 # packs them as build-cuda/vz/NAME.tar.xz (xz: the carry limit is 64 MiB in all):
 #   bash tools/device/pack_variant.sh NAME [REF]
 # REF defaults to HEAD; another ref needs a clean checkout, which is put back on its branch after.
+# CUBIN=1 also packs megakernel/kernels.cu's sm_90 cubin (about a minute more), for compare.sh's
+# SASS= summary on the device machine, which has nvdisasm.
 # The build is incremental in build-cuda/ (Release, sm_90 only, no micro-benchmarks; configured
 # here if missing), so variants that differ in a few files build in a minute or two. On the device
 # machine, with carry [".deps", "build-cuda/vz"]:
@@ -33,6 +35,13 @@ fi
 stage=$(mktemp -d)
 mkdir "$stage/$name"
 cp build-cuda/tools/tandem build-cuda/tests/megakernel/megakernel_test "$stage/$name/"
+if [[ ${CUBIN:-0} == 1 ]]; then
+  # The build's own compiler (CMake records it outside the cache) and flags (Release, sm_90).
+  nvcc=$(sed -n 's/^set(CMAKE_CUDA_COMPILER "\(.*\)")$/\1/p' build-cuda/CMakeFiles/*/CMakeCUDACompiler.cmake | head -1)
+  (cd build-cuda/megakernel && "$nvcc" --options-file CMakeFiles/tandem_megakernel.dir/includes_CUDA.rsp \
+    -O3 -DNDEBUG -arch=sm_90 -std=c++17 -cubin ../../megakernel/kernels.cu \
+    -o "$stage/$name/kernels.cubin")
+fi
 mkdir -p build-cuda/vz
 tar -C "$stage" -cJf "build-cuda/vz/$name.tar.xz" "$name"
 rm -rf "$stage"
