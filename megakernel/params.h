@@ -55,6 +55,9 @@ struct StepInput {
   uint32_t seq = 0;
 };
 
+// A DeltaNet value head's state columns are split over at most this many blocks (DeltaNetConvRule).
+inline constexpr int kMaxDeltaNetHeadParts = 4;
+
 struct ModelDims {
   int32_t n_layer = 0, n_embd = 0, n_vocab = 0, n_ctx = 0;
   float rms_eps = 0;
@@ -77,9 +80,9 @@ struct ModelDims {
   TANDEM_MEMBER_HD int32_t q_rows() const { return n_head * q_head_stride(); }
   TANDEM_MEMBER_HD int32_t kv_dim() const { return n_head_kv * head_dim; }
   // Step flags per row and layer (Scratch::head_ready): an attention layer's KV heads, then its
-  // query heads, or (row 0 only) a DeltaNet layer's value heads.
+  // query heads, or (row 0 only) a DeltaNet layer's value-head parts.
   TANDEM_MEMBER_HD int32_t step_flags_per_row() const {
-    const int32_t attention = n_head_kv + n_head, deltanet = ssm_n_v;
+    const int32_t attention = n_head_kv + n_head, deltanet = ssm_n_v * kMaxDeltaNetHeadParts;
     return attention > deltanet ? attention : deltanet;
   }
 };

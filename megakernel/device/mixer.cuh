@@ -858,10 +858,14 @@ __device__ void AttentionOutput(const MixerArgs& A, uint8_t* smem) {
 }
 
 // DeltaNet phase 1: the causal conv (+ SiLU), the q/k L2 norms and the delta rule, a block per
-// value head (head j on block j; the runner checks that the grid has that many). The block
-// convolves the channels its head reads, the q and k of its key head and its own value channels,
-// into shared memory, norms q and k there, and runs the rule from there, so that no row waits on
-// another multiprocessor. With the conv in warps of its own, publishing each row's heads with
+// value head part (block b takes part b / n_v of head b % n_v; the runner checks that the grid
+// has a block for each head). A part is 1/parts of the head's state columns, parts =
+// DeltaNetHeadParts: up to 4 blocks share a head where the grid has room. The block convolves the
+// channels its part reads, the q and k of its key head and its own value channels, into shared
+// memory, norms q and k there, and runs the rule from there, so that no row waits on another
+// multiprocessor. Split over 4 blocks, flash-next-125b's phase went from 8.4 to 7.2 us at one row
+// and from 16.8 to 11.5 at four (session 38): a block loads, updates and snapshots a quarter of
+// the state. With the conv in warps of its own, publishing each row's heads with
 // flags that the rule warps waited for, a row paid the conv's loads, its stores and release, the
 // rule's acquire and its loads of the conv output: flash-next-125b's phase took 10.4 us at one row
 // and 20.0 at four, on one block 8.0 and 16.4 (session 37).
@@ -877,8 +881,11 @@ __device__ void AttentionOutput(const MixerArgs& A, uint8_t* smem) {
 //
 // The rr value heads of a key head all read its q and k channels' conv state; the last of them in
 // index order (KeyGroupMember) writes it, once the others' blocks have flagged that they have read
-// it (HeadFlag(A, 0, j), release after the block barrier that follows their reads). Every block is
-// resident and the readers publish before they wait on anything, so the wait ends.
+// it (HeadFlag(A, 0, part · n_v + j), release after the block barrier that follows their reads);
+// so do the other parts' blocks of all of them. Every block is resident and the readers publish
+// before they wait on anything, so the wait ends. (Waited for after the rule instead, so that the
+// writer's rows would not wait for the group's slowest conv, the phase got 1.8 us longer at one
+// row: the wait and the 768 stores then ended the phase; session 38.)
 inline constexpr int kRuleRowsPerLane = 32;
 
 __device__ __forceinline__ float Softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
@@ -947,6 +954,17 @@ __device__ __forceinline__ void ConvChannel(const MixerArgs& A, int c, float* ou
   for (int j = 0; j < kState; ++j) next[j] = st[j];
 }
 
+// The blocks a value head's state columns are split over: the most, up to kMaxDeltaNetHeadParts,
+// that the grid has room for and that leave each block a whole number of the head's n_chunks.
+__device__ __forceinline__ int DeltaNetHeadParts(const ModelDims& D, int n_chunks) {
+  int parts = 1;
+  while (parts * 2 <= kMaxDeltaNetHeadParts &&
+         parts * 2 * D.ssm_n_v <= static_cast<int>(gridDim.x) && n_chunks % (parts * 2) == 0) {
+    parts *= 2;
+  }
+  return parts;
+}
+
 template <int R>
 __device__ inline void DeltaNetConvRule(const MixerArgs& A, uint8_t* smem) {
   const ModelDims& D = A.dims;
@@ -954,25 +972,29 @@ __device__ inline void DeltaNetConvRule(const MixerArgs& A, uint8_t* smem) {
   const int n_k = D.ssm_n_k, n_v = D.ssm_n_v, dk = D.ssm_dk, dv = D.ssm_dv;
   const int key_dim = n_k * dk, conv_dim = D.ssm_conv_dim(), d_inner = D.ssm_d_inner();
   const int rr = n_v / n_k, K = D.ssm_conv_kernel;
-  const int n_ch = 2 * dk + dv, row_floats = DeltaNetRowFloats(dk, dv);
+  const int row_floats = DeltaNetRowFloats(dk, dv);
   const int groups = dk / kRuleRowsPerLane;  // a power of two, 1 to 16 (plan.cc)
   const int g = Lane() % groups, cols = 32 / groups;
   const int n_chunks = dv / cols;  // dv: a multiple of 32 (plan.cc)
+  const int parts = DeltaNetHeadParts(D, n_chunks);
+  const int part = static_cast<int>(blockIdx.x) / n_v, part_dv = dv / parts;
+  const int n_ch = 2 * dk + part_dv;
+  const int chunk0 = part * (n_chunks / parts), chunk_end = chunk0 + n_chunks / parts;
   const int64_t row_step = static_cast<int64_t>(groups) * dv;
   const float q_scale = 1.0f / sqrtf(static_cast<float>(dk));
   float* y = reinterpret_cast<float*>(smem);
-  const int j = blockIdx.x;  // a value head a block (the runner checks that the grid has one)
-  if (j >= n_v) return;
+  const int j = static_cast<int>(blockIdx.x) % n_v;  // the runner checks that the grid has n_v
+  if (part >= parts) return;
   const int kh = KeyHeadOf(D, j);
-  const bool writes_keys = KeyGroupMember(D, kh, rr - 1) == j;
+  const bool writes_keys = part == 0 && KeyGroupMember(D, kh, rr - 1) == j;
   // A lane's rows of its column in chunk `chunk`.
   auto column = [&](int chunk) {
     return A.dn.ssm_state + static_cast<int64_t>(j) * dk * dv + static_cast<int64_t>(g) * dv +
            chunk * cols + Lane() / groups;
   };
-  int chunk = Warp();
+  int chunk = chunk0 + Warp();
   float s[kRuleRowsPerLane];  // the first chunk's, loaded before the conv so the two overlap
-  if (chunk < n_chunks) {
+  if (chunk < chunk_end) {
     const float* S = column(chunk);
 #pragma unroll
     for (int i = 0; i < kRuleRowsPerLane; ++i) s[i] = S[i * row_step];
@@ -985,7 +1007,7 @@ __device__ inline void DeltaNetConvRule(const MixerArgs& A, uint8_t* smem) {
     const bool is_key = t < 2 * dk;
     const int c = t < dk       ? kh * dk + t
                   : t < 2 * dk ? key_dim + kh * dk + (t - dk)
-                               : 2 * key_dim + j * dv + (t - 2 * dk);
+                               : 2 * key_dim + j * dv + part * part_dv + (t - 2 * dk);
     float next[kMaxConvKernel - 1];
     ConvChannel<R>(A, c, y + t, row_floats, !is_key || writes_keys, next);
     float* out =
@@ -1016,13 +1038,14 @@ __device__ inline void DeltaNetConvRule(const MixerArgs& A, uint8_t* smem) {
   if (!writes_keys) {
     // This block's reads of the key head's conv state are done (the barrier above).
     if (threadIdx.x == 0) {
-      cuda::atomic_ref<uint32_t, cuda::thread_scope_device>(*HeadFlag(A, 0, j))
+      cuda::atomic_ref<uint32_t, cuda::thread_scope_device>(*HeadFlag(A, 0, part * n_v + j))
           .store(A.in->seq, cuda::memory_order_release);
     }
   } else if (Warp() == 0) {
-    for (int i = Lane(); i < rr - 1; i += 32) {
-      cuda::atomic_ref<uint32_t, cuda::thread_scope_device> w(
-          *HeadFlag(A, 0, KeyGroupMember(D, kh, i)));
+    for (int i = Lane(); i < rr * parts - 1; i += 32) {  // every other block of the key head
+      const int b = i < rr - 1 ? i : i + 1;  // part b / rr of member b % rr, skipping this block
+      const int reader = b / rr * n_v + KeyGroupMember(D, kh, b % rr);
+      cuda::atomic_ref<uint32_t, cuda::thread_scope_device> w(*HeadFlag(A, 0, reader));
       while (w.load(cuda::memory_order_acquire) != A.in->seq) {
 #if __CUDA_ARCH__ >= 700
         __nanosleep(64);
@@ -1048,9 +1071,9 @@ __device__ inline void DeltaNetConvRule(const MixerArgs& A, uint8_t* smem) {
     }
   }
 
-  for (; chunk < n_chunks; chunk += kWarpsPerBlock) {
+  for (; chunk < chunk_end; chunk += kWarpsPerBlock) {
     float* S = column(chunk);
-    if (chunk != Warp()) {
+    if (chunk != chunk0 + Warp()) {
 #pragma unroll
       for (int i = 0; i < kRuleRowsPerLane; ++i) s[i] = S[i * row_step];
     }
@@ -1058,7 +1081,7 @@ __device__ inline void DeltaNetConvRule(const MixerArgs& A, uint8_t* smem) {
     for (int r = 0; r < B; ++r) {
       const float* q = y + r * row_floats;
       const float* k = q + dk;
-      const float v = q[2 * dk + vv], beta = q[n_ch], decay = q[n_ch + 1];
+      const float v = q[2 * dk + vv - part * part_dv], beta = q[n_ch], decay = q[n_ch + 1];
       float kv = 0;
 #pragma unroll
       for (int i = 0; i < kRuleRowsPerLane; ++i) kv += (s[i] * decay) * k[i * groups + g];
