@@ -35,9 +35,9 @@ __device__ __forceinline__ void DotK4Pair(const uint32_t* v_lo, const uint32_t* 
   for (int r = 0; r < R; ++r) {
     if (!RowOn<R>(mask, r)) continue;
     const int p = ActRow(mask, base, r);
-    const int8_t* xq = a.q + static_cast<int64_t>(p) * a.cols + 32 * act_block;
-    const int s_lo = Dot16(v_lo, xq) + Dot16(v_lo + 4, xq + 16);
-    const int s_hi = Dot16(v_hi, xq + 32) + Dot16(v_hi + 4, xq + 48);
+    const int c = 2 * act_block;
+    const int s_lo = Dot16(v_lo, ActChunk(a, p, c)) + Dot16(v_lo + 4, ActChunk(a, p, c + 1));
+    const int s_hi = Dot16(v_hi, ActChunk(a, p, c + 2)) + Dot16(v_hi + 4, ActChunk(a, p, c + 3));
     const float* d = a.d + p * nb + act_block;
     const float* s = a.s + p * nb + act_block;
     acc[r] += d[0] * dl_lo * static_cast<float>(s_lo) - ml_lo * s[0] +

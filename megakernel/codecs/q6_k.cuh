@@ -22,8 +22,8 @@ __device__ __forceinline__ void DotRun16(const uint32_t* v, float d0, float d1, 
   for (int r = 0; r < R; ++r) {
     if (!RowOn<R>(mask, r)) continue;
     const int p = ActRow(mask, base, r);
-    const int8_t* xq = a.q + static_cast<int64_t>(p) * a.cols + 32 * act_block;
-    const int s0 = Dot16(v, xq), s1 = Dot16(v + 4, xq + 16);
+    const int s0 = Dot16(v, ActChunk(a, p, 2 * act_block));
+    const int s1 = Dot16(v + 4, ActChunk(a, p, 2 * act_block + 1));
     acc[r] += a.d[p * nb + act_block] * (d0 * static_cast<float>(s0) + d1 * static_cast<float>(s1));
   }
 }

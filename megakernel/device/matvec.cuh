@@ -139,8 +139,9 @@ __device__ __forceinline__ void QuantizeRows(const float* x, int stride, int n, 
       const uint32_t q =
           (static_cast<uint32_t>(q0) & 0xffu) | (static_cast<uint32_t>(q1) & 0xffu) << 8 |
           (static_cast<uint32_t>(q2) & 0xffu) << 16 | (static_cast<uint32_t>(q3) & 0xffu) << 24;
-      *reinterpret_cast<uint32_t*>(const_cast<int8_t*>(a.q) + static_cast<int64_t>(r) * a.cols +
-                                   32 * b + 4 * sub) = q;
+      // Word sub & 3 of chunk 2b + sub / 4, in that chunk's slot.
+      int8_t* chunk = const_cast<int8_t*>(ActChunk(a, r, 2 * b + (sub >> 2)));
+      *reinterpret_cast<uint32_t*>(chunk + 4 * (sub & 3)) = q;
       if (sub == 0) {
         const_cast<float*>(a.d)[blk] = d;
         const_cast<float*>(a.s)[blk] = d * static_cast<float>(isum);
@@ -353,6 +354,7 @@ __device__ inline void RunTile(const MatVecJob& job, int t) {
   rows.hi = m.data + static_cast<int64_t>(min(row0 + g + 8, m.rows - 1)) * m.row_bytes;
   const int pg = act_row(g), p0 = act_row(2 * lt), p1 = act_row(2 * lt + 1);
   if (pg >= 0) rows.x = a.q + static_cast<int64_t>(pg) * a.cols;
+  rows.cols = a.cols;
   if (p0 >= 0) rows.d0 = a.d + p0 * nb;
   if (p1 >= 0) rows.d1 = a.d + p1 * nb;
   float acc[4] = {0, 0, 0, 0};
