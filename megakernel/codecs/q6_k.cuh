@@ -12,10 +12,13 @@
 
 namespace tandem::megakernel {
 
-// One 32-weight run (words v[0..7]) with scales sc0 (weights 0..15) and sc1 (16..31) times d.
+// One 32-weight run (words v[0..7]) with integer scales sc0 (weights 0..15) and sc1 (16..31), all
+// times d. The two halves' scaled sums are added as integers (|sc| <= 32, so under 2^21 each) and
+// converted once: per run that is two multiply-adds where float scales took four conversions and
+// three multiplies.
 template <int R>
-__device__ __forceinline__ void DotRun16(const uint32_t* v, float d0, float d1, int act_block,
-                                         const ActSet& a, unsigned mask, int base,
+__device__ __forceinline__ void DotRun16(const uint32_t* v, float d, int sc0, int sc1,
+                                         int act_block, const ActSet& a, unsigned mask, int base,
                                          float (&acc)[R]) {
   const int nb = a.cols / 32;
 #pragma unroll
@@ -24,12 +27,20 @@ __device__ __forceinline__ void DotRun16(const uint32_t* v, float d0, float d1, 
     const int p = ActRow(mask, base, r);
     const int s0 = Dot16(v, ActChunk(a, p, 2 * act_block));
     const int s1 = Dot16(v + 4, ActChunk(a, p, 2 * act_block + 1));
-    acc[r] += a.d[p * nb + act_block] * (d0 * static_cast<float>(s0) + d1 * static_cast<float>(s1));
+    acc[r] += a.d[p * nb + act_block] * d * static_cast<float>(sc0 * s0 + sc1 * s1);
   }
 }
 
-__device__ __forceinline__ float SignedByte(uint32_t w, int k) {
-  return static_cast<float>(static_cast<int8_t>((w >> (8 * k)) & 0xffu));
+__device__ __forceinline__ int SignedByte(uint32_t w, int k) {
+  return static_cast<int8_t>((w >> (8 * k)) & 0xffu);
+}
+
+// 0xff in each byte of w whose top bit is set, 0 in the others: one prmt in its sign-replicating
+// form (selector nibbles 8 + byte).
+__device__ __forceinline__ uint32_t SignBytes(uint32_t w) {
+  uint32_t r;
+  asm("prmt.b32 %0, %1, 0, 0xba98;" : "=r"(r) : "r"(w));
+  return r;
 }
 
 struct CodecQ6K {
@@ -63,9 +74,8 @@ struct CodecQ6K {
         v[j] = ((low | top | 0x80808080u) - 0x20202020u) ^ 0x80808080u;
       }
       const uint32_t sw = sc[g >> 1];
-      const float d0 = d * SignedByte(sw, 2 * (g & 1));
-      const float d1 = d * SignedByte(sw, 2 * (g & 1) + 1);
-      DotRun16<R>(v, d0, d1, 8 * b + 4 * h + g, a, mask, base, acc);
+      DotRun16<R>(v, d, SignedByte(sw, 2 * (g & 1)), SignedByte(sw, 2 * (g & 1) + 1),
+                  8 * b + 4 * h + g, a, mask, base, acc);
     }
   }
 };
@@ -84,8 +94,8 @@ __device__ __forceinline__ void Q3KHalfScales(const uint32_t (&sc)[3], int h, ui
 }
 
 // Byte k of w, a biased 6-bit scale, as its signed value.
-__device__ __forceinline__ float BiasedScale(uint32_t w, int k) {
-  return static_cast<float>(static_cast<int>((w >> (8 * k)) & 0xffu) - 32);
+__device__ __forceinline__ int BiasedScale(uint32_t w, int k) {
+  return static_cast<int>((w >> (8 * k)) & 0xffu) - 32;
 }
 
 // A lane takes a whole block: loading it as one run of 28 words (the 112-byte device block's 7
@@ -112,17 +122,19 @@ struct CodecQ3K {
       for (int g = 0; g < 4; ++g) {
         // Weight 128h + 32g + l: low bits (qs[32h + l] >> 2g) & 3, high bit
         // (hmask[l] >> (4h + g)) & 1; value = low + 4·high − 4: low itself where the high bit is
-        // set, else low − 4, which as a byte is low | 0xFC (low ≤ 3). Each clear high bit times
-        // 0xFC gives that byte without carries; no emulated __vsubss4.
+        // set, else low − 4, which as a byte is low | 0xFC (low ≤ 3). The high bit shifted to the
+        // top of its byte and replicated over it (SignBytes) selects between the two in one
+        // three-input logic op: four instructions a word where a mask and a multiply took five.
+        const int k = 4 * h + g;
         uint32_t v[8];
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
-          const uint32_t low = (w[8 + 8 * h + j] >> (2 * g)) & 0x03030303u;
-          const uint32_t high_clear = (~w[j] >> (4 * h + g)) & 0x01010101u;
-          v[j] = low | high_clear * 0xFCu;
+          const uint32_t low = w[8 + 8 * h + j] >> (2 * g);
+          const uint32_t high_set = SignBytes(w[j] << (7 - k));
+          v[j] = (low & 0x03030303u) | (~high_set & 0xFCFCFCFCu);
         }
         const uint32_t sw = g < 2 ? s03 : s47;  // scales m = 2g, 2g + 1 of this half
-        DotRun16<R>(v, d * BiasedScale(sw, 2 * (g & 1)), d * BiasedScale(sw, 2 * (g & 1) + 1),
+        DotRun16<R>(v, d, BiasedScale(sw, 2 * (g & 1)), BiasedScale(sw, 2 * (g & 1) + 1),
                     8 * slice + 4 * h + g, a, mask, base, acc);
       }
     }
