@@ -10,9 +10,13 @@ namespace tandem::megakernel {
 
 TANDEM_HD constexpr int64_t Align16(int64_t n) { return (n + 15) & ~int64_t{15}; }
 
-// One activation set of n rows of `cols` (see CarveActs in device/matvec.cuh).
+// A quantised activation row: `cols` int8 values in whole 128-byte lines (codecs/act.cuh).
+TANDEM_HD constexpr int64_t ActRowBytes(int cols) { return (int64_t{cols} + 127) & ~int64_t{127}; }
+
+// One activation set of n rows of `cols` (see CarveActs in device/matvec.cuh). Its int8 rows start
+// on a 128-byte boundary: up to 112 bytes of padding before them, from a 16-byte-aligned cursor.
 TANDEM_HD constexpr int64_t ActSetBytes(int n, int cols, bool fp32_shared) {
-  return Align16(int64_t{n} * cols) + 2 * Align16(int64_t{n} * (cols / 32) * 4) +
+  return 112 + int64_t{n} * ActRowBytes(cols) + 2 * Align16(int64_t{n} * (cols / 32) * 4) +
          (fp32_shared ? Align16(int64_t{n} * cols * 4) : 0);
 }
 

@@ -7,32 +7,51 @@
 
 #include <cstdint>
 
+#include "megakernel/smem.h"
+
 namespace tandem::megakernel {
 
 struct ActSet {
-  const int8_t* q = nullptr;  // [n][cols], 16-byte chunks where ActChunkSlot puts them
+  const int8_t* q = nullptr;  // [n][ActRowBytes(cols)], chunks in swizzled slots
   const float* d = nullptr;   // [n][cols / 32]
   const float* s = nullptr;   // [n][cols / 32] d · Σ q of each block
   const float* x = nullptr;   // [n][cols], shared or global memory
   int cols = 0;
 };
 
-// The slot of 16-byte chunk c of a quantised activation row: c with its low three bits (its place
-// among the eight chunks of a 128-byte line) XORed with bits 3..5 of c, and bit 0 also with bit 6.
-// The lanes of a row group take consecutive slices, so at each step the 8 lanes of a quarter-warp
-// (one 128-bit shared load phase) read chunks S·s + k of consecutive s, S = 2 (Q8_0, IQ4_XS), 4
-// (Q4_K, Q5_K), 8 (Q6_K) or 16 (Q3_K) chunks a slice; unswizzled those are 32·S bytes apart, in the
-// same four banks up to 8 at a time, so each load took up to 8 wavefronts. With the XOR the eight
-// chunks land in eight different bank quads for every S. Rows whose length is not a multiple of
-// 128 bytes keep the plain layout, so that no chunk leaves its row.
-__device__ __forceinline__ int ActChunkSlot(int cols, int c) {
-  const int flip = ((c >> 3) & 7) ^ ((c >> 6) & 1);
-  return (cols & 127) == 0 ? c ^ flip : c;
+// Quantised activation rows (ActRowBytes: whole 128-byte lines, each row starting on a line
+// boundary) keep the eight 16-byte chunks of line l in swizzled slots: chunk k sits in slot
+// k ^ ActLineFlip(l). The lanes of a row group take consecutive slices, so at each step the 8 lanes
+// of a quarter-warp (one phase of a 128-bit shared load) read chunks S·s + k of 8 consecutive s,
+// S = 2 (Q8_0, IQ4_XS), 4 (Q4_K, Q5_K), 8 (Q6_K) or 16 (Q3_K) chunks a slice. In a plain layout
+// those are 32·S bytes apart, in the same four banks, so each load took up to 8 wavefronts
+// (Q3_K and Q6_K 8, Q4_K 4, Q8_0 2). With the flip, bits 0..2 of the line index and bit 0 also
+// with bit 3, the eight land in eight different bank quads for every S (docs/perf/megakernel.md,
+// session 39).
+__device__ __forceinline__ unsigned ActLineFlip(int line) {
+  return static_cast<unsigned>((line & 7) ^ ((line >> 3) & 1));
+}
+
+// Activation row p of the set.
+__device__ __forceinline__ const int8_t* ActRowOf(const ActSet& a, int p) {
+  return a.q + static_cast<int64_t>(p) * ActRowBytes(a.cols);
+}
+
+// Where chunk c of `row` sits, as an address. Chunk c + i, for c a multiple of a power of two
+// n > i (the chunks a codec's slice or run spans), sits at that address ^ 16i (ActAt): the line's
+// flip is worked out once per span, and each further chunk costs one xor.
+__device__ __forceinline__ uintptr_t ActChunkAt(const int8_t* row, int c) {
+  const int line = c >> 3;
+  return (reinterpret_cast<uintptr_t>(row) + 128u * static_cast<unsigned>(line)) |
+         (16u * (ActLineFlip(line) ^ static_cast<unsigned>(c & 7)));
+}
+__device__ __forceinline__ const int8_t* ActAt(uintptr_t at, int i) {
+  return reinterpret_cast<const int8_t*>(at ^ (16u * static_cast<unsigned>(i)));
 }
 
 // The 16 quantised activations of chunk c (elements 16c ..) of activation row p.
 __device__ __forceinline__ const int8_t* ActChunk(const ActSet& a, int p, int c) {
-  return a.q + static_cast<int64_t>(p) * a.cols + 16 * ActChunkSlot(a.cols, c);
+  return ActAt(ActChunkAt(ActRowOf(a, p), c), 0);
 }
 
 __device__ __forceinline__ int ActRow(unsigned mask, int base, int r) {

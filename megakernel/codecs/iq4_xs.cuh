@@ -51,8 +51,8 @@ struct CodecIQ4XS {
     for (int r = 0; r < R; ++r) {
       if (!RowOn<R>(mask, r)) continue;
       const int p = ActRow(mask, base, r);
-      const int sum =
-          Dot16(v, ActChunk(a, p, 2 * act_block)) + Dot16(v + 4, ActChunk(a, p, 2 * act_block + 1));
+      const uintptr_t at = ActChunkAt(ActRowOf(a, p), 2 * act_block);
+      const int sum = Dot16(v, ActAt(at, 0)) + Dot16(v + 4, ActAt(at, 1));
       acc[r] += a.d[p * nb + act_block] * dl * static_cast<float>(sum);
     }
   }

@@ -35,9 +35,9 @@ __device__ __forceinline__ void DotK4Pair(const uint32_t* v_lo, const uint32_t* 
   for (int r = 0; r < R; ++r) {
     if (!RowOn<R>(mask, r)) continue;
     const int p = ActRow(mask, base, r);
-    const int c = 2 * act_block;
-    const int s_lo = Dot16(v_lo, ActChunk(a, p, c)) + Dot16(v_lo + 4, ActChunk(a, p, c + 1));
-    const int s_hi = Dot16(v_hi, ActChunk(a, p, c + 2)) + Dot16(v_hi + 4, ActChunk(a, p, c + 3));
+    const uintptr_t at = ActChunkAt(ActRowOf(a, p), 2 * act_block);  // 4 chunks, 4-aligned
+    const int s_lo = Dot16(v_lo, ActAt(at, 0)) + Dot16(v_lo + 4, ActAt(at, 1));
+    const int s_hi = Dot16(v_hi, ActAt(at, 2)) + Dot16(v_hi + 4, ActAt(at, 3));
     const float* d = a.d + p * nb + act_block;
     const float* s = a.s + p * nb + act_block;
     acc[r] += d[0] * dl_lo * static_cast<float>(s_lo) - ml_lo * s[0] +

@@ -25,8 +25,8 @@ __device__ __forceinline__ void DotRun16(const uint32_t* v, float d, int sc0, in
   for (int r = 0; r < R; ++r) {
     if (!RowOn<R>(mask, r)) continue;
     const int p = ActRow(mask, base, r);
-    const int s0 = Dot16(v, ActChunk(a, p, 2 * act_block));
-    const int s1 = Dot16(v + 4, ActChunk(a, p, 2 * act_block + 1));
+    const uintptr_t at = ActChunkAt(ActRowOf(a, p), 2 * act_block);
+    const int s0 = Dot16(v, ActAt(at, 0)), s1 = Dot16(v + 4, ActAt(at, 1));
     acc[r] += a.d[p * nb + act_block] * d * static_cast<float>(sc0 * s0 + sc1 * s1);
   }
 }

@@ -33,8 +33,8 @@ struct CodecQ8_0 {
     for (int r = 0; r < R; ++r) {
       if (!RowOn<R>(mask, r)) continue;
       const int p = ActRow(mask, base, r);
-      const int sum =
-          Dot16(raw.q, ActChunk(a, p, 2 * slice)) + Dot16(raw.q + 4, ActChunk(a, p, 2 * slice + 1));
+      const uintptr_t at = ActChunkAt(ActRowOf(a, p), 2 * slice);
+      const int sum = Dot16(raw.q, ActAt(at, 0)) + Dot16(raw.q + 4, ActAt(at, 1));
       acc[r] += a.d[p * (a.cols / 32) + slice] * d * static_cast<float>(sum);
     }
   }
@@ -54,7 +54,6 @@ struct Q8TileRows {
   const uint8_t* lo = nullptr;  // weight row g of the tile
   const uint8_t* hi = nullptr;  // weight row g + 8
   const int8_t* x = nullptr;    // step row g's activations (null: a row the step does not have)
-  int cols = 0;                 // of the activation rows (their chunks' slots: ActChunkSlot)
   const float* d0 = nullptr;    // activation scales of step rows 2t and 2t + 1 (null: none)
   const float* d1 = nullptr;
 };
@@ -80,7 +79,7 @@ __device__ __forceinline__ void Q8TileDot(const Q8TileRows& rows, int b0, int b1
       if (b >= b1) break;
       uint2 xv = make_uint2(0u, 0u);
       if (rows.x != nullptr) {
-        const int8_t* chunk = rows.x + 16 * ActChunkSlot(rows.cols, 2 * b + (t >> 1));
+        const int8_t* chunk = ActAt(ActChunkAt(rows.x, 2 * b), t >> 1);
         xv = *reinterpret_cast<const uint2*>(chunk + 8 * (t & 1));
       }
       int c[4];

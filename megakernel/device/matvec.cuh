@@ -29,8 +29,9 @@ __device__ __forceinline__ ActSet CarveActs(uint8_t*& cursor, int n, int cols, b
                                             float** x_shared) {
   ActSet a;
   a.cols = cols;
+  cursor = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(cursor) + 127) & ~uintptr_t{127});
   a.q = reinterpret_cast<int8_t*>(cursor);
-  cursor += Align16(static_cast<int64_t>(n) * cols);
+  cursor += static_cast<int64_t>(n) * ActRowBytes(cols);
   a.d = reinterpret_cast<float*>(cursor);
   cursor += Align16(static_cast<int64_t>(n) * (cols / 32) * 4);
   a.s = reinterpret_cast<float*>(cursor);
@@ -353,8 +354,7 @@ __device__ inline void RunTile(const MatVecJob& job, int t) {
   rows.lo = m.data + static_cast<int64_t>(min(row0 + g, m.rows - 1)) * m.row_bytes;
   rows.hi = m.data + static_cast<int64_t>(min(row0 + g + 8, m.rows - 1)) * m.row_bytes;
   const int pg = act_row(g), p0 = act_row(2 * lt), p1 = act_row(2 * lt + 1);
-  if (pg >= 0) rows.x = a.q + static_cast<int64_t>(pg) * a.cols;
-  rows.cols = a.cols;
+  if (pg >= 0) rows.x = ActRowOf(a, pg);
   if (p0 >= 0) rows.d0 = a.d + p0 * nb;
   if (p1 >= 0) rows.d1 = a.d + p1 * nb;
   float acc[4] = {0, 0, 0, 0};
