@@ -19,19 +19,6 @@ struct ActSet {
   int cols = 0;
 };
 
-// Quantised activation rows (ActRowBytes: whole 128-byte lines, each row starting on a line
-// boundary) keep the eight 16-byte chunks of line l in swizzled slots: chunk k sits in slot
-// k ^ ActLineFlip(l). The lanes of a row group take consecutive slices, so at each step the 8 lanes
-// of a quarter-warp (one phase of a 128-bit shared load) read chunks S·s + k of 8 consecutive s,
-// S = 2 (Q8_0, IQ4_XS), 4 (Q4_K, Q5_K), 8 (Q6_K) or 16 (Q3_K) chunks a slice. In a plain layout
-// those are 32·S bytes apart, in the same four banks, so each load took up to 8 wavefronts
-// (Q3_K and Q6_K 8, Q4_K 4, Q8_0 2). With the flip, bits 0..2 of the line index and bit 0 also
-// with bit 3, the eight land in eight different bank quads for every S (docs/perf/megakernel.md,
-// session 39).
-__device__ __forceinline__ unsigned ActLineFlip(int line) {
-  return static_cast<unsigned>((line & 7) ^ ((line >> 3) & 1));
-}
-
 // Activation row p of the set.
 __device__ __forceinline__ const int8_t* ActRowOf(const ActSet& a, int p) {
   return a.q + static_cast<int64_t>(p) * ActRowBytes(a.cols);

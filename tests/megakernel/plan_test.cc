@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "megakernel/codecs.h"
+#include "megakernel/smem.h"
 #include "runtime/model/model.h"
 
 namespace tandem::megakernel {
@@ -135,6 +136,29 @@ TEST(LaneSplitTest, GroupsCoverARowWithTheGivenSlicesPerLane) {
 
 // Q3_K blocks (110 bytes) are padded to 112 on the device, each block's bytes unchanged and the
 // padding zero; the other types keep the file's layout. The VRAM plan counts the device bytes.
+// The 8 lanes of a quarter-warp read chunk k of 8 consecutive slices (S chunks a slice) at once;
+// their slots (chunk place in a 128-byte line, i.e. which 4 of the 32 banks) must all differ,
+// for every slice size a codec uses and wherever in the row the group starts.
+TEST(ActivationLayoutTest, EachQuarterWarpsChunksLandInDifferentBanks) {
+  for (int S : {2, 4, 8, 16}) {
+    for (int s0 = 0; s0 < 64; s0 += 8) {
+      for (int k = 0; k < S; ++k) {
+        unsigned seen = 0;
+        for (int s = s0; s < s0 + 8; ++s) {
+          const int c = S * s + k;
+          seen |= 1u << ((static_cast<unsigned>(c) & 7u) ^ ActLineFlip(c >> 3));
+        }
+        EXPECT_EQ(seen, 0xffu) << "S " << S << " s0 " << s0 << " k " << k;
+      }
+    }
+  }
+  // Rows are whole lines, and a set has room to start them on a line boundary.
+  EXPECT_EQ(ActRowBytes(64), 128);
+  EXPECT_EQ(ActRowBytes(2048), 2048);
+  EXPECT_EQ(ActRowBytes(2112), 2176);
+  EXPECT_GE(ActSetBytes(3, 96, false), 112 + 3 * 128 + 2 * 16);
+}
+
 TEST(DeviceLayoutTest, PadsQ3KBlocksAndCopiesTheOtherTypes) {
   const int q3k = static_cast<int>(quant::GgmlType::kQ3_K);
   const int q4k = static_cast<int>(quant::GgmlType::kQ4_K);
