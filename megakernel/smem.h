@@ -19,7 +19,10 @@ TANDEM_HD constexpr int64_t Align16(int64_t n) { return (n + 15) & ~int64_t{15};
 // wavefronts (Q3_K and Q6_K 8, Q4_K 4, Q8_0 2). The flip, bits 0..2 of the line index with bit 0
 // also xored with bit 3, puts the eight in eight different bank quads for every S
 // (docs/perf/megakernel.md, session 39; plan_test checks it).
-TANDEM_HD constexpr int64_t ActRowBytes(int cols) { return (int64_t{cols} + 127) & ~int64_t{127}; }
+inline constexpr int kActLineBytes = 128;
+TANDEM_HD constexpr int64_t ActRowBytes(int cols) {
+  return (int64_t{cols} + kActLineBytes - 1) & ~int64_t{kActLineBytes - 1};
+}
 TANDEM_HD constexpr unsigned ActLineFlip(int line) {
   return static_cast<unsigned>((line & 7) ^ ((line >> 3) & 1));
 }
@@ -27,7 +30,8 @@ TANDEM_HD constexpr unsigned ActLineFlip(int line) {
 // One activation set of n rows of `cols` (see CarveActs in device/matvec.cuh). Its int8 rows start
 // on a 128-byte boundary: up to 112 bytes of padding before them, from a 16-byte-aligned cursor.
 TANDEM_HD constexpr int64_t ActSetBytes(int n, int cols, bool fp32_shared) {
-  return 112 + int64_t{n} * ActRowBytes(cols) + 2 * Align16(int64_t{n} * (cols / 32) * 4) +
+  return (kActLineBytes - 16) + int64_t{n} * ActRowBytes(cols) +
+         2 * Align16(int64_t{n} * (cols / 32) * 4) +
          (fp32_shared ? Align16(int64_t{n} * cols * 4) : 0);
 }
 

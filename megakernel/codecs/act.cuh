@@ -29,7 +29,7 @@ __device__ __forceinline__ const int8_t* ActRowOf(const ActSet& a, int p) {
 // flip is worked out once per span, and each further chunk costs one xor.
 __device__ __forceinline__ uintptr_t ActChunkAt(const int8_t* row, int c) {
   const int line = c >> 3;
-  return (reinterpret_cast<uintptr_t>(row) + 128u * static_cast<unsigned>(line)) |
+  return (reinterpret_cast<uintptr_t>(row) + kActLineBytes * static_cast<unsigned>(line)) |
          (16u * (ActLineFlip(line) ^ static_cast<unsigned>(c & 7)));
 }
 __device__ __forceinline__ const int8_t* ActAt(uintptr_t at, int i) {

@@ -13,9 +13,10 @@
 namespace tandem::megakernel {
 
 // One 32-weight run (words v[0..7]) with integer scales sc0 (weights 0..15) and sc1 (16..31), all
-// times d. The two halves' scaled sums are added as integers (|sc| <= 32, so under 2^21 each) and
-// converted once: per run that is two multiply-adds where float scales took four conversions and
-// three multiplies.
+// times d. The two halves' scaled sums are added as integers and converted once, where float
+// scales took four conversions and three multiplies a run. Exact: |value| <= 32 and |x| <= 127, so
+// a half's sum is under 16·32·127 = 65,024, times |sc| <= 128 (Q6_K's int8 scales; Q3_K's are
+// within ±32) under 2^23, and the two together under 2^24, where floats still hold every integer.
 template <int R>
 __device__ __forceinline__ void DotRun16(const uint32_t* v, float d, int sc0, int sc1,
                                          int act_block, const ActSet& a, unsigned mask, int base,
@@ -124,7 +125,7 @@ struct CodecQ3K {
         // (hmask[l] >> (4h + g)) & 1; value = low + 4·high − 4: low itself where the high bit is
         // set, else low − 4, which as a byte is low | 0xFC (low ≤ 3). The high bit shifted to the
         // top of its byte and replicated over it (SignBytes) selects between the two in one
-        // three-input logic op: four instructions a word where a mask and a multiply took five.
+        // three-input logic op, where a mask, a not and a multiply built it before.
         const int k = 4 * h + g;
         uint32_t v[8];
 #pragma unroll

@@ -29,8 +29,9 @@ __device__ __forceinline__ ActSet CarveActs(uint8_t*& cursor, int n, int cols, b
                                             float** x_shared) {
   ActSet a;
   a.cols = cols;
+  constexpr uintptr_t kLineMask = kActLineBytes - 1;
   cursor =
-      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(cursor) + 127) & ~uintptr_t{127});
+      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(cursor) + kLineMask) & ~kLineMask);
   a.q = reinterpret_cast<int8_t*>(cursor);
   cursor += static_cast<int64_t>(n) * ActRowBytes(cols);
   a.d = reinterpret_cast<float*>(cursor);

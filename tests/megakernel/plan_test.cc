@@ -134,8 +134,6 @@ TEST(LaneSplitTest, GroupsCoverARowWithTheGivenSlicesPerLane) {
   EXPECT_EQ(MaxLaneSlices(q8), 1);
 }
 
-// Q3_K blocks (110 bytes) are padded to 112 on the device, each block's bytes unchanged and the
-// padding zero; the other types keep the file's layout. The VRAM plan counts the device bytes.
 // The 8 lanes of a quarter-warp read chunk k of 8 consecutive slices (S chunks a slice) at once;
 // their slots (chunk place in a 128-byte line, i.e. which 4 of the 32 banks) must all differ,
 // for every slice size a codec uses and wherever in the row the group starts.
@@ -159,6 +157,8 @@ TEST(ActivationLayoutTest, EachQuarterWarpsChunksLandInDifferentBanks) {
   EXPECT_GE(ActSetBytes(3, 96, false), 112 + 3 * 128 + 2 * 16);
 }
 
+// Q3_K blocks (110 bytes) are padded to 112 on the device, each block's bytes unchanged and the
+// padding zero; the other types keep the file's layout. The VRAM plan counts the device bytes.
 TEST(DeviceLayoutTest, PadsQ3KBlocksAndCopiesTheOtherTypes) {
   const int q3k = static_cast<int>(quant::GgmlType::kQ3_K);
   const int q4k = static_cast<int>(quant::GgmlType::kQ4_K);
