@@ -66,8 +66,32 @@ std::string DeviceCodecNames();
 
 // A Q3_K block as the device stores it: the file's 110 bytes, then 2 bytes of padding, so every
 // block starts 16-byte aligned and a lane loads its block as 7 aligned chunks with no realignment
-// (CodecQ3K in codecs/q6_k.cuh). The other types keep the file's layout.
+// (CodecQ3K in codecs/q6_k.cuh).
 inline constexpr int kQ3KDeviceBlockBytes = 112;
+
+// A Q8_0 row as the device stores it: the 32 quant bytes of every block, then every block's fp16
+// scale, then zeros up to a multiple of 16 bytes (none where the row has a multiple of 8 blocks,
+// so the device row is as long as the file's). A block's quants are then two aligned 16-byte
+// loads, where the file's 34-byte blocks cost nine 4-byte loads and eight funnel shifts a lane.
+TANDEM_HD constexpr int64_t Q8DeviceRowBytes(int64_t cols) {
+  return (cols / 32 * 34 + 15) / 16 * 16;
+}
+
+// A Q6_K row as the device stores it: every block's 192 quant bytes (ql, qh), then every block's
+// 16 scale bytes, then every block's fp16 d, then zeros up to a multiple of 16 bytes (none where
+// the row has a multiple of 8 blocks). A half-block lane then loads its quants, scales and d with
+// 8 aligned loads; the file's 210-byte blocks, only 2-byte aligned, took 10 chunk loads realigned
+// by about 90 selects and funnel shifts.
+TANDEM_HD constexpr int64_t Q6DeviceRowBytes(int64_t cols) {
+  return (cols / 256 * 210 + 15) / 16 * 16;
+}
+
+// Whether the device layout of `type` is the file's (the other types are converted on upload).
+TANDEM_HD constexpr bool DeviceLayoutIsFiles(int type) {
+  return type != static_cast<int>(quant::GgmlType::kQ3_K) &&
+         type != static_cast<int>(quant::GgmlType::kQ6_K) &&
+         type != static_cast<int>(quant::GgmlType::kQ8_0);
+}
 
 // Bytes of a row of `cols` elements in the device layout (host code).
 int64_t DeviceRowBytes(int type, int64_t cols);

@@ -14,7 +14,9 @@
 
 namespace tandem::megakernel {
 
-// Bytes added to every device allocation: codecs read one aligned word past a row's last block.
+// Bytes added to every device allocation. The codecs' realigned loads once read up to 31 bytes past
+// a row's last block; since the device layouts (codecs.h) every weight load lies inside its row,
+// and the slack only guards against a load rounded up past a buffer's end.
 inline constexpr uint64_t kAllocationSlack = 64;
 
 // Kernel dimensions of `model` at context n_ctx (rope_inv_freq is left null), or an error listing

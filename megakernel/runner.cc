@@ -90,7 +90,7 @@ absl::Status GpuRunner::Upload(const model::Model& model, uint64_t weight_bytes)
                                                        " (", FormatBytes(bytes), ") after ",
                                                        FormatBytes(vram_.weights), " of weights"));
     }
-    if (bytes == t->nbytes) {
+    if (DeviceLayoutIsFiles(static_cast<int>(t->type))) {
       TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpy(p, t->data, bytes, cudaMemcpyHostToDevice));
     } else {
       // Converted in pieces of at most kStagingBytes, so a large expert bank needs no copy of

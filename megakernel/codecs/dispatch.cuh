@@ -16,7 +16,9 @@ namespace tandem::megakernel {
 
 // Codecs with a kUnroll member split a slice into Load and Apply, and their loads go out kUnroll
 // slices at a time before any is applied (out-of-range slices load slice n - 1 again and are not
-// applied, so that the loads need no branch). The others load and apply one slice per step.
+// applied, so that the loads need no branch). The others load and apply one slice per step (Dot).
+// Load and Dot take the row's slice count n, from which the device layouts of Q8_0 and Q6_K
+// (codecs.h) find a row's scale planes.
 template <class Codec, class = void>
 struct HasUnroll {
   static constexpr bool value = false;
@@ -35,14 +37,14 @@ __device__ __forceinline__ void RowDotWith(const uint8_t* row, int n_slices, int
     for (int s0 = lane_g; s0 < n_slices; s0 += U * G) {
       typename Codec::Raw raw[U];
 #pragma unroll
-      for (int u = 0; u < U; ++u) raw[u] = Codec::Load(row, min(s0 + u * G, n_slices - 1));
+      for (int u = 0; u < U; ++u) raw[u] = Codec::Load(row, min(s0 + u * G, n_slices - 1), n_slices);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         if (s0 + u * G < n_slices) Codec::template Apply<R>(raw[u], s0 + u * G, a, mask, base, acc);
       }
     }
   } else {
-    for (int s = lane_g; s < n_slices; s += G) Codec::template Dot<R>(row, s, a, mask, base, acc);
+    for (int s = lane_g; s < n_slices; s += G) Codec::template Dot<R>(row, s, n_slices, a, mask, base, acc);
   }
 }
 

@@ -29,7 +29,7 @@ struct CodecF32 {
   static constexpr int kSliceElems = 4;
   static constexpr int kUnroll = 4;
   using Raw = float4;
-  __device__ static Raw Load(const uint8_t* row, int slice) {
+  __device__ static Raw Load(const uint8_t* row, int slice, int /*n_slices*/) {
     return LoadStreaming(reinterpret_cast<const float4*>(row) + slice);
   }
   template <int R>
@@ -44,7 +44,7 @@ struct CodecHalf {
   static constexpr int kSliceElems = 8;
   static constexpr int kUnroll = 4;
   using Raw = uint4;
-  __device__ static Raw Load(const uint8_t* row, int slice) {
+  __device__ static Raw Load(const uint8_t* row, int slice, int /*n_slices*/) {
     return LoadStreaming(reinterpret_cast<const uint4*>(row) + slice);
   }
   template <int R>

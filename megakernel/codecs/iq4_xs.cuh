@@ -28,8 +28,8 @@ __device__ __forceinline__ uint32_t Iq4Lookup(uint32_t idx) {
 struct CodecIQ4XS {
   static constexpr int kSliceElems = 32;
   template <int R>
-  __device__ static void Dot(const uint8_t* row, int slice, const ActSet& a, unsigned mask,
-                             int base, float (&acc)[R]) {
+  __device__ static void Dot(const uint8_t* row, int slice, int /*n_slices*/, const ActSet& a,
+                             unsigned mask, int base, float (&acc)[R]) {
     const int b = slice >> 3, j = slice & 7;
     const uint8_t* blk = row + 136 * b;
     const uint2 hdr = LoadStreaming(reinterpret_cast<const uint2*>(blk));

@@ -68,7 +68,7 @@ struct CodecQ4K {
   struct Raw {
     uint4 hdr, q0, q1;
   };
-  __device__ static Raw Load(const uint8_t* row, int slice) {
+  __device__ static Raw Load(const uint8_t* row, int slice, int /*n_slices*/) {
     const int b = slice >> 2, pair = slice & 3;
     const uint8_t* blk = row + 144 * b;
     Raw raw;
@@ -98,7 +98,7 @@ struct CodecQ5K {
   struct Raw {
     uint4 hdr, h0, h1, q0, q1;
   };
-  __device__ static Raw Load(const uint8_t* row, int slice) {
+  __device__ static Raw Load(const uint8_t* row, int slice, int /*n_slices*/) {
     const int b = slice >> 2, pair = slice & 3;
     const uint8_t* blk = row + 176 * b;
     Raw raw;

@@ -1,9 +1,9 @@
 // Q6_K and Q3_K on the device. A Q6_K lane takes half a 256-weight block (128 weights: four runs
 // of 32, each two 16-weight sub-blocks with their own signed scale); a Q3_K lane takes a whole
 // block (eight runs), since both halves share the block's high-bit mask and scales. Each run is
-// built as int8 words and applied to every active row with dp4a. Q6_K's 210-byte blocks are only
-// 2-byte aligned, so its words are assembled with LoadWordsWide; Q3_K blocks are padded to 112
-// bytes on the device (kQ3KDeviceBlockBytes) and load as aligned chunks. C++17, device only.
+// built as int8 words and applied to every active row with dp4a. Both read the device layouts of
+// codecs.h, whose loads are all aligned: Q6_K rows split into quant, scale and d planes, Q3_K
+// blocks padded to 112 bytes (kQ3KDeviceBlockBytes). C++17, device only.
 #pragma once
 
 #include "megakernel/codecs.h"
@@ -44,19 +44,20 @@ __device__ __forceinline__ uint32_t SignBytes(uint32_t w) {
   return r;
 }
 
+// Rows are in the device layout (codecs.h Q6DeviceRowBytes): every block's ql and qh, then every
+// block's scales, then every block's d, so that a lane's loads are all aligned.
 struct CodecQ6K {
   static constexpr int kSliceElems = 128;
   template <int R>
-  __device__ static void Dot(const uint8_t* row, int slice, const ActSet& a, unsigned mask,
-                             int base, float (&acc)[R]) {
-    const int b = slice >> 1, h = slice & 1;
-    const uint8_t* blk = row + 210 * b;
-    uint32_t ql[16], qh[8], tail[5];  // tail: both halves' scales (2 words each), then d
-    LoadWordsWide<16>(blk + 64 * h, ql);
-    LoadWordsWide<8>(blk + 128 + 32 * h, qh);
-    LoadWordsWide<5>(blk + 192, tail);
-    const uint32_t sc[2] = {h ? tail[2] : tail[0], h ? tail[3] : tail[1]};
-    const float d = HalfBitsToFloat(tail[4]);
+  __device__ static void Dot(const uint8_t* row, int slice, int n_slices, const ActSet& a,
+                             unsigned mask, int base, float (&acc)[R]) {
+    const int b = slice >> 1, h = slice & 1, nb = n_slices >> 1;
+    uint32_t ql[16], qh[8];
+    LoadChunks<4>(reinterpret_cast<const uint4*>(row + 192 * b + 64 * h), ql);
+    LoadChunks<2>(reinterpret_cast<const uint4*>(row + 192 * b + 128 + 32 * h), qh);
+    const uint2 sc = LoadStreaming(reinterpret_cast<const uint2*>(row + 192 * nb + 16 * b + 8 * h));
+    const float d =
+        HalfBitsToFloat(LoadStreaming(reinterpret_cast<const unsigned short*>(row + 208 * nb) + b));
 #pragma unroll
     for (int g = 0; g < 4; ++g) {
       // Run g: low nibbles from ql[32·(g%2) + l] (high nibble when g >= 2), top bits from bit
@@ -74,7 +75,7 @@ struct CodecQ6K {
                                       : (qh[j] >> 2) & 0x30303030u;
         v[j] = ((low | top | 0x80808080u) - 0x20202020u) ^ 0x80808080u;
       }
-      const uint32_t sw = sc[g >> 1];
+      const uint32_t sw = g < 2 ? sc.x : sc.y;
       DotRun16<R>(v, d, SignedByte(sw, 2 * (g & 1)), SignedByte(sw, 2 * (g & 1) + 1),
                   8 * b + 4 * h + g, a, mask, base, acc);
     }
@@ -107,8 +108,8 @@ __device__ __forceinline__ int BiasedScale(uint32_t w, int k) {
 struct CodecQ3K {
   static constexpr int kSliceElems = 256;
   template <int R>
-  __device__ static void Dot(const uint8_t* row, int slice, const ActSet& a, unsigned mask,
-                             int base, float (&acc)[R]) {
+  __device__ static void Dot(const uint8_t* row, int slice, int /*n_slices*/, const ActSet& a,
+                             unsigned mask, int base, float (&acc)[R]) {
     // hmask (words 0..7), qs (8..23), the 12 scale bytes (24..26), then d (and the padding).
     uint32_t w[28];
     LoadChunks<kQ3KDeviceBlockBytes / 16>(

@@ -1,40 +1,51 @@
-// Q8_0 on the device: one lane takes one 34-byte block (32 weights) per slice and applies it to
-// every active row with dp4a. C++17, device only.
+// Q8_0 on the device: one lane takes one block (32 weights) per slice and applies it to every
+// active row with dp4a. Rows are in the device layout (codecs.h Q8DeviceRowBytes): the blocks'
+// quants, then their scales. C++17, device only.
 #pragma once
 
+#include "megakernel/codecs.h"
 #include "megakernel/codecs/act.cuh"
 #include "megakernel/device/common.cuh"
 
 namespace tandem::megakernel {
 
+// Block b's 32 quants, and the scales of a row of nb blocks, in the device layout.
+__device__ __forceinline__ const uint8_t* Q8Quants(const uint8_t* row, int b) {
+  return row + 32 * b;
+}
+__device__ __forceinline__ const unsigned short* Q8Scales(const uint8_t* row, int nb) {
+  return reinterpret_cast<const unsigned short*>(row + 32 * nb);
+}
+
 // Loads go out kUnroll slices at a time (RowDotWith): a 2,048-column row is two slices a lane, and
-// one slice at a time made a unit two dependent round trips to memory. The quants are read
-// straight from byte 2 of the block (a funnel shift a word), the scale on its own.
+// one slice at a time made a unit two dependent round trips to memory.
 struct CodecQ8_0 {
   static constexpr int kSliceElems = 32;
   static constexpr int kUnroll = 2;
   struct Raw {
-    uint32_t q[8];
+    uint4 q[2];
     uint32_t d;  // fp16 bits
   };
-  __device__ static Raw Load(const uint8_t* row, int slice) {
-    const uint8_t* blk = row + 34 * slice;
+  __device__ static Raw Load(const uint8_t* row, int slice, int n_slices) {
+    const uint4* q = reinterpret_cast<const uint4*>(Q8Quants(row, slice));
     Raw raw;
-    LoadWords<8>(blk + 2, raw.q);
-    // Blocks are 2-byte aligned, so the scale is one 16-bit load.
-    raw.d = LoadStreaming(reinterpret_cast<const unsigned short*>(blk));
+    raw.q[0] = LoadStreaming(q);
+    raw.q[1] = LoadStreaming(q + 1);
+    raw.d = LoadStreaming(Q8Scales(row, n_slices) + slice);
     return raw;
   }
   template <int R>
   __device__ static void Apply(const Raw& raw, int slice, const ActSet& a, unsigned mask, int base,
                                float (&acc)[R]) {
     const float d = HalfBitsToFloat(raw.d);
+    const uint32_t q[8] = {raw.q[0].x, raw.q[0].y, raw.q[0].z, raw.q[0].w,
+                           raw.q[1].x, raw.q[1].y, raw.q[1].z, raw.q[1].w};
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       if (!RowOn<R>(mask, r)) continue;
       const int p = ActRow(mask, base, r);
       const uintptr_t at = ActChunkAt(ActRowOf(a, p), 2 * slice);
-      const int sum = Dot16(raw.q, ActAt(at, 0)) + Dot16(raw.q + 4, ActAt(at, 1));
+      const int sum = Dot16(q, ActAt(at, 0)) + Dot16(q + 4, ActAt(at, 1));
       acc[r] += a.d[p * (a.cols / 32) + slice] * d * static_cast<float>(sum);
     }
   }
@@ -51,8 +62,9 @@ inline constexpr int kQ8TileRows = 16;
 inline constexpr int kQ8TileUnroll = 4;  // blocks whose loads go out together
 
 struct Q8TileRows {
-  const uint8_t* lo = nullptr;  // weight row g of the tile
+  const uint8_t* lo = nullptr;  // weight row g of the tile (device layout)
   const uint8_t* hi = nullptr;  // weight row g + 8
+  int nb = 0;                   // blocks a row
   const int8_t* x = nullptr;    // step row g's activations (null: a row the step does not have)
   const float* d0 = nullptr;    // activation scales of step rows 2t and 2t + 1 (null: none)
   const float* d1 = nullptr;
@@ -68,10 +80,14 @@ __device__ __forceinline__ void Q8TileDot(const Q8TileRows& rows, int b0, int b1
 #pragma unroll
     for (int u = 0; u < kQ8TileUnroll; ++u) {
       const int b = min(bb + u, b1 - 1);  // past the range: the last block again, not applied
-      LoadWords<2>(rows.lo + 34 * b + 2 + 8 * t, wl[u]);
-      LoadWords<2>(rows.hi + 34 * b + 2 + 8 * t, wh[u]);
-      sl[u] = LoadStreaming(reinterpret_cast<const unsigned short*>(rows.lo + 34 * b));
-      sh[u] = LoadStreaming(reinterpret_cast<const unsigned short*>(rows.hi + 34 * b));
+      const uint2 l = LoadStreaming(reinterpret_cast<const uint2*>(Q8Quants(rows.lo, b) + 8 * t));
+      const uint2 h = LoadStreaming(reinterpret_cast<const uint2*>(Q8Quants(rows.hi, b) + 8 * t));
+      wl[u][0] = l.x;
+      wl[u][1] = l.y;
+      wh[u][0] = h.x;
+      wh[u][1] = h.y;
+      sl[u] = LoadStreaming(Q8Scales(rows.lo, rows.nb) + b);
+      sh[u] = LoadStreaming(Q8Scales(rows.hi, rows.nb) + b);
     }
 #pragma unroll
     for (int u = 0; u < kQ8TileUnroll; ++u) {

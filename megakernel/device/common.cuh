@@ -88,21 +88,6 @@ __device__ __forceinline__ T LoadStreaming(const T* p) {
   return __ldcs(p);
 }
 
-// N little-endian 32-bit words starting at any byte address p. Reads one aligned word past the
-// last (device weight buffers carry slack for it); branch-free so that lanes whose blocks have
-// different alignments do not diverge.
-template <int N>
-__device__ __forceinline__ void LoadWords(const uint8_t* p, uint32_t (&w)[N]) {
-  const uintptr_t addr = reinterpret_cast<uintptr_t>(p);
-  const uint32_t* base = reinterpret_cast<const uint32_t*>(addr & ~uintptr_t{3});
-  const unsigned shift = 8u * static_cast<unsigned>(addr & 3);
-  uint32_t a[N + 1];
-#pragma unroll
-  for (int i = 0; i < N + 1; ++i) a[i] = LoadStreaming(base + i);
-#pragma unroll
-  for (int i = 0; i < N; ++i) w[i] = __funnelshift_r(a[i], a[i + 1], shift);
-}
-
 // kChunks 16-byte chunks from a 16-byte-aligned address, as 4 * kChunks little-endian words.
 template <int kChunks>
 __device__ __forceinline__ void LoadChunks(const uint4* base, uint32_t (&a)[4 * kChunks]) {
@@ -114,32 +99,6 @@ __device__ __forceinline__ void LoadChunks(const uint4* base, uint32_t (&a)[4 * 
     a[4 * c + 2] = v.z;
     a[4 * c + 3] = v.w;
   }
-}
-
-// The same words read as the 16-byte-aligned chunks that cover them: a third of the load
-// instructions of LoadWords. Each lane of a warp reads its own block, so every load instruction
-// touches a line per block. The chunks are shifted into place by the address's word offset (two
-// selects a word, no branch) and byte offset (a funnel shift). Reads up to 31 bytes past the last
-// word; device weight buffers carry kAllocationSlack (64) bytes of slack. Measured on the H200
-// (session 10): the 256 MiB lab's Q6_K 0.35 -> 0.42 and Q3_K 0.23 -> 0.26 of copy; Q8_0 (34-byte
-// blocks, 8 words) measured no gain end to end and keeps LoadWords.
-template <int N>
-__device__ __forceinline__ void LoadWordsWide(const uint8_t* p, uint32_t (&w)[N]) {
-  constexpr int kChunks = (4 * N + 15 + 15) / 16;  // covers byte offsets 0..15 of the first
-  const uintptr_t addr = reinterpret_cast<uintptr_t>(p);
-  const uint4* base = reinterpret_cast<const uint4*>(addr & ~uintptr_t{15});
-  const unsigned word = static_cast<unsigned>(addr >> 2) & 3u;
-  const unsigned shift = 8u * static_cast<unsigned>(addr & 3);
-  uint32_t a[4 * kChunks];
-  LoadChunks<kChunks>(base, a);
-  // b[i] = a[i + (word & 2)], c[i] = a[i + word]; the largest index read, N + 3, is in range.
-  uint32_t b[N + 2], c[N + 1];
-#pragma unroll
-  for (int i = 0; i < N + 2; ++i) b[i] = (word & 2u) ? a[i + 2] : a[i];
-#pragma unroll
-  for (int i = 0; i < N + 1; ++i) c[i] = (word & 1u) ? b[i + 1] : b[i];
-#pragma unroll
-  for (int i = 0; i < N; ++i) w[i] = __funnelshift_r(c[i], c[i + 1], shift);
 }
 
 // Σ of 16 int8 products: four words of weights against 16 activation bytes (16-byte aligned).

@@ -10,24 +10,34 @@ namespace tandem::megakernel {
 
 inline constexpr int kHeadPhases = 3;
 
-// Element i of a row of Blocks, each kStride bytes apart on the device (see codecs.h).
+// Element i of a row of Blocks, each kStride bytes apart on the device (types whose device layout
+// keeps whole blocks: codecs.h).
 template <typename Block, int kStride = sizeof(Block)>
 __device__ __forceinline__ float BlockElement(const uint8_t* row, int i) {
   const Block* b = reinterpret_cast<const Block*>(row + (i / Block::kElems) * kStride);
   return quant::DequantizeElement(*b, i % Block::kElems);
 }
 
-// Element i of a row of any type with a device codec.
-__device__ __forceinline__ float RowElement(int type, const uint8_t* row, int i) {
+// Element i of a row of `cols` elements of any type with a device codec (device layout).
+__device__ __forceinline__ float RowElement(int type, const uint8_t* row, int i, int cols) {
   using quant::GgmlType;
   switch (static_cast<GgmlType>(type)) {
     case GgmlType::kF32: return reinterpret_cast<const float*>(row)[i];
     case GgmlType::kF16: return quant::Fp16ToF32(reinterpret_cast<const uint16_t*>(row)[i]);
     case GgmlType::kBF16: return quant::Bf16ToF32(reinterpret_cast<const uint16_t*>(row)[i]);
-    case GgmlType::kQ8_0: return BlockElement<quant::BlockQ8_0>(row, i);
+    case GgmlType::kQ8_0:
+      return HalfBitsToFloat(Q8Scales(row, cols / 32)[i / 32]) *
+             static_cast<float>(reinterpret_cast<const int8_t*>(row)[i]);
     case GgmlType::kQ4_K: return BlockElement<quant::BlockQ4K>(row, i);
     case GgmlType::kQ5_K: return BlockElement<quant::BlockQ5K>(row, i);
-    case GgmlType::kQ6_K: return BlockElement<quant::BlockQ6K>(row, i);
+    case GgmlType::kQ6_K: {  // the device layout: quants, then scales, then d (codecs.h)
+      const int b = i / 256, nb = cols / 256;
+      const uint8_t* q = row + 192 * b;
+      const float dl =
+          HalfBitsToFloat(reinterpret_cast<const unsigned short*>(row + 208 * nb)[b]) *
+          static_cast<float>(reinterpret_cast<const int8_t*>(row + 192 * nb + 16 * b)[(i % 256) / 16]);
+      return dl * static_cast<float>(quant::Q6KQuant(q, q + 128, i % 256));
+    }
     case GgmlType::kQ3_K:
       return BlockElement<quant::BlockQ3K, kQ3KDeviceBlockBytes>(row, i);
     case GgmlType::kIQ4_XS: return BlockElement<quant::BlockIQ4XS>(row, i);
@@ -42,7 +52,7 @@ __device__ inline void EmbedRows(const HeadArgs& A) {
   for (int64_t i = tid; i < static_cast<int64_t>(B) * H; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int r = static_cast<int>(i / H), c = static_cast<int>(i % H);
     const uint8_t* row = A.embed.data + static_cast<int64_t>(A.in->tokens[r]) * A.embed.row_bytes;
-    A.s.x[i] = RowElement(A.embed.type, row, c);
+    A.s.x[i] = RowElement(A.embed.type, row, c, H);
   }
 }
 

@@ -355,6 +355,7 @@ __device__ inline void RunTile(const MatVecJob& job, int t) {
   Q8TileRows rows;
   rows.lo = m.data + static_cast<int64_t>(min(row0 + g, m.rows - 1)) * m.row_bytes;
   rows.hi = m.data + static_cast<int64_t>(min(row0 + g + 8, m.rows - 1)) * m.row_bytes;
+  rows.nb = nb;
   const int pg = act_row(g), p0 = act_row(2 * lt), p1 = act_row(2 * lt + 1);
   if (pg >= 0) rows.x = ActRowOf(a, pg);
   if (p0 >= 0) rows.d0 = a.d + p0 * nb;

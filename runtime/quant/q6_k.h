@@ -28,16 +28,17 @@ static_assert(offsetof(BlockQ6K, qh) == 128 && offsetof(BlockQ6K, scales) == 192
 
 // Within each 128-element half h, run g (0..3) of 32 elements takes its low nibbles from
 // ql[64h + 32·(g%2) + l] (low nibble for g < 2, high for g >= 2) and its high bits from bit pair g
-// of qh[32h + l].
-TANDEM_HD int Q6KQuant(const BlockQ6K& b, int e) {
+// of qh[32h + l]. The quant planes may sit apart from the block (the CUDA kernels' layout).
+TANDEM_HD int Q6KQuant(const uint8_t* ql, const uint8_t* qh, int e) {
   const int half = e >> 7;
   const int run = (e & 127) >> 5;
   const int l = e & 31;
-  const uint8_t low_byte = b.ql[64 * half + 32 * (run & 1) + l];
+  const uint8_t low_byte = ql[64 * half + 32 * (run & 1) + l];
   const int low4 = run < 2 ? (low_byte & 0xF) : (low_byte >> 4);
-  const int high2 = (b.qh[32 * half + l] >> (2 * run)) & 3;
+  const int high2 = (qh[32 * half + l] >> (2 * run)) & 3;
   return (low4 | high2 << 4) - 32;
 }
+TANDEM_HD int Q6KQuant(const BlockQ6K& b, int e) { return Q6KQuant(b.ql, b.qh, e); }
 
 TANDEM_HD float DequantizeElement(const BlockQ6K& b, int e) {
   const float dl = Fp16ToF32(b.d) * static_cast<float>(b.scales[e >> 4]);

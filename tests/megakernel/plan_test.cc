@@ -158,7 +158,8 @@ TEST(ActivationLayoutTest, EachQuarterWarpsChunksLandInDifferentBanks) {
 }
 
 // Q3_K blocks (110 bytes) are padded to 112 on the device, each block's bytes unchanged and the
-// padding zero; the other types keep the file's layout. The VRAM plan counts the device bytes.
+// padding zero; Q8_0 and Q6_K are tested below; the other types keep the file's layout. The VRAM
+// plan counts the device bytes.
 TEST(DeviceLayoutTest, PadsQ3KBlocksAndCopiesTheOtherTypes) {
   const int q3k = static_cast<int>(quant::GgmlType::kQ3_K);
   const int q4k = static_cast<int>(quant::GgmlType::kQ4_K);
@@ -192,6 +193,67 @@ TEST(DeviceLayoutTest, PadsQ3KBlocksAndCopiesTheOtherTypes) {
   }
   EXPECT_GT(device_bytes, file_bytes);  // the Q3_K expert banks grow by 2/110
   EXPECT_EQ(PlanVram(*m, *dims, 256).weights, device_bytes + used * kAllocationSlack);
+}
+
+// A Q8_0 row on the device is its blocks' quants, then their scales in block order, then zeros up
+// to a multiple of 16 bytes: none for rows of a multiple of 8 blocks, which keep the file's size.
+TEST(DeviceLayoutTest, SplitsQ8RowsIntoQuantsThenScales) {
+  const int q8 = static_cast<int>(quant::GgmlType::kQ8_0);
+  EXPECT_EQ(DeviceRowBytes(q8, 2048), quant::RowBytes(quant::GgmlType::kQ8_0, 2048));
+  EXPECT_EQ(DeviceRowBytes(q8, 96), 112);  // 3 blocks: 102 bytes, padded
+  EXPECT_FALSE(DeviceLayoutIsFiles(q8));
+  for (const int cols : {96, 512}) {
+    const int rows = 3, nb = cols / 32;
+    const int64_t file_row = quant::RowBytes(quant::GgmlType::kQ8_0, cols);
+    const int64_t dev_row = DeviceRowBytes(q8, cols);
+    EXPECT_EQ(dev_row % 16, 0);
+    std::vector<uint8_t> file(rows * file_row);
+    for (size_t i = 0; i < file.size(); ++i) file[i] = static_cast<uint8_t>(i * 7 + 1);
+    std::vector<uint8_t> dev(rows * dev_row, 0xAB);
+    ToDeviceLayout(q8, file.data(), rows, cols, dev.data());
+    for (int r = 0; r < rows; ++r) {
+      const uint8_t* in = file.data() + r * file_row;
+      const uint8_t* out = dev.data() + r * dev_row;
+      for (int b = 0; b < nb; ++b) {
+        for (int i = 0; i < 32; ++i) ASSERT_EQ(out[32 * b + i], in[34 * b + 2 + i]) << r << " " << b;
+        ASSERT_EQ(out[32 * nb + 2 * b], in[34 * b]) << r << " " << b;
+        ASSERT_EQ(out[32 * nb + 2 * b + 1], in[34 * b + 1]) << r << " " << b;
+      }
+      for (int64_t i = 34 * nb; i < dev_row; ++i) ASSERT_EQ(out[i], 0) << r << " " << i;
+    }
+  }
+}
+
+// A Q6_K row on the device is every block's ql and qh (192 bytes), then every block's 16 scales,
+// then every block's d, then zeros up to a multiple of 16 bytes.
+TEST(DeviceLayoutTest, SplitsQ6KRowsIntoQuantsScalesAndFactors) {
+  const int q6k = static_cast<int>(quant::GgmlType::kQ6_K);
+  EXPECT_EQ(DeviceRowBytes(q6k, 2048), quant::RowBytes(quant::GgmlType::kQ6_K, 2048));
+  EXPECT_EQ(DeviceRowBytes(q6k, 768), 640);  // 3 blocks: 630 bytes, padded
+  EXPECT_FALSE(DeviceLayoutIsFiles(q6k));
+  for (const int cols : {768, 2048}) {
+    const int rows = 2, nb = cols / 256;
+    const int64_t file_row = quant::RowBytes(quant::GgmlType::kQ6_K, cols);
+    const int64_t dev_row = DeviceRowBytes(q6k, cols);
+    EXPECT_EQ(dev_row % 16, 0);
+    std::vector<uint8_t> file(rows * file_row);
+    for (size_t i = 0; i < file.size(); ++i) file[i] = static_cast<uint8_t>(i * 13 + 3);
+    std::vector<uint8_t> dev(rows * dev_row, 0xAB);
+    ToDeviceLayout(q6k, file.data(), rows, cols, dev.data());
+    for (int r = 0; r < rows; ++r) {
+      const uint8_t* in = file.data() + r * file_row;
+      const uint8_t* out = dev.data() + r * dev_row;
+      for (int b = 0; b < nb; ++b) {
+        for (int i = 0; i < 192; ++i) ASSERT_EQ(out[192 * b + i], in[210 * b + i]) << r << " " << b;
+        for (int i = 0; i < 16; ++i) {
+          ASSERT_EQ(out[192 * nb + 16 * b + i], in[210 * b + 192 + i]) << r << " " << b;
+        }
+        ASSERT_EQ(out[208 * nb + 2 * b], in[210 * b + 208]) << r << " " << b;
+        ASSERT_EQ(out[208 * nb + 2 * b + 1], in[210 * b + 209]) << r << " " << b;
+      }
+      for (int64_t i = 210 * nb; i < dev_row; ++i) ASSERT_EQ(out[i], 0) << r << " " << i;
+    }
+  }
 }
 
 }  // namespace
