@@ -171,12 +171,13 @@ INSTANTIATE_TEST_SUITE_P(Synth, TinyShapeTest,
                            return n;
                          });
 
-// The token embedding gathered from a K-quant table on the device (head.cuh RowElement), Q3_K in
-// its padded device blocks (codecs.h) and Q6_K: every other tensor f32, so the gather must give
-// the reference's dequantised rows and the logits agree up to summation order.
+// The token embedding gathered from a quantised table on the device (head.cuh RowElement), in
+// each type's device layout (codecs.h: Q3_K's padded blocks, Q6_K's and Q8_0's planes): every
+// other tensor f32, so the gather must give the reference's dequantised rows and the logits agree
+// up to summation order.
 TEST(CudaRunnerTest, KQuantEmbeddingGatherMatchesTheReference) {
   SKIP_WITHOUT_GPU();
-  for (const char* embed : {"q3_k", "q6_k"}) {
+  for (const char* embed : {"q3_k", "q6_k", "q8_0"}) {
     const std::string model =
         std::string("synth:tiny-qwen3moe?quant=experts=f32,shexp=f32,dense=f32,output=f32,embed=") +
         embed;
