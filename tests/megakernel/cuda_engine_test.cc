@@ -175,7 +175,7 @@ INSTANTIATE_TEST_SUITE_P(Synth, TinyShapeTest,
 // each type's device layout (codecs.h: Q3_K's padded blocks, Q6_K's and Q8_0's planes): every
 // other tensor f32, so the gather must give the reference's dequantised rows and the logits agree
 // up to summation order.
-TEST(CudaRunnerTest, KQuantEmbeddingGatherMatchesTheReference) {
+TEST(CudaRunnerTest, QuantisedEmbeddingGatherMatchesTheReference) {
   SKIP_WITHOUT_GPU();
   for (const char* embed : {"q3_k", "q6_k", "q8_0"}) {
     const std::string model =
