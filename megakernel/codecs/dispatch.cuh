@@ -37,14 +37,16 @@ __device__ __forceinline__ void RowDotWith(const uint8_t* row, int n_slices, int
     for (int s0 = lane_g; s0 < n_slices; s0 += U * G) {
       typename Codec::Raw raw[U];
 #pragma unroll
-      for (int u = 0; u < U; ++u) raw[u] = Codec::Load(row, min(s0 + u * G, n_slices - 1), n_slices);
+      for (int u = 0; u < U; ++u)
+        raw[u] = Codec::Load(row, min(s0 + u * G, n_slices - 1), n_slices);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         if (s0 + u * G < n_slices) Codec::template Apply<R>(raw[u], s0 + u * G, a, mask, base, acc);
       }
     }
   } else {
-    for (int s = lane_g; s < n_slices; s += G) Codec::template Dot<R>(row, s, n_slices, a, mask, base, acc);
+    for (int s = lane_g; s < n_slices; s += G)
+      Codec::template Dot<R>(row, s, n_slices, a, mask, base, acc);
   }
 }
 

@@ -31,12 +31,12 @@ __device__ __forceinline__ float RowElement(int type, const uint8_t* row, int i,
     case GgmlType::kQ4_K: return BlockElement<quant::BlockQ4K>(row, i);
     case GgmlType::kQ5_K: return BlockElement<quant::BlockQ5K>(row, i);
     case GgmlType::kQ6_K: {  // the device layout: quants, then scales, then d (codecs.h)
-      const int b = i / 256, nb = cols / 256;
+      const int b = i / 256, nb = cols / 256, e = i % 256;
       const uint8_t* q = row + 192 * b;
-      const float dl =
-          HalfBitsToFloat(reinterpret_cast<const unsigned short*>(row + 208 * nb)[b]) *
-          static_cast<float>(reinterpret_cast<const int8_t*>(row + 192 * nb + 16 * b)[(i % 256) / 16]);
-      return dl * static_cast<float>(quant::Q6KQuant(q, q + 128, i % 256));
+      const auto* scales = reinterpret_cast<const int8_t*>(row + 192 * nb + 16 * b);
+      const auto* d = reinterpret_cast<const unsigned short*>(row + 208 * nb);
+      const float dl = HalfBitsToFloat(d[b]) * static_cast<float>(scales[e / 16]);
+      return dl * static_cast<float>(quant::Q6KQuant(q, q + 128, e));
     }
     case GgmlType::kQ3_K:
       return BlockElement<quant::BlockQ3K, kQ3KDeviceBlockBytes>(row, i);

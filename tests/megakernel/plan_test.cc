@@ -215,7 +215,8 @@ TEST(DeviceLayoutTest, SplitsQ8RowsIntoQuantsThenScales) {
       const uint8_t* in = file.data() + r * file_row;
       const uint8_t* out = dev.data() + r * dev_row;
       for (int b = 0; b < nb; ++b) {
-        for (int i = 0; i < 32; ++i) ASSERT_EQ(out[32 * b + i], in[34 * b + 2 + i]) << r << " " << b;
+        for (int i = 0; i < 32; ++i)
+          ASSERT_EQ(out[32 * b + i], in[34 * b + 2 + i]) << r << " " << b;
         ASSERT_EQ(out[32 * nb + 2 * b], in[34 * b]) << r << " " << b;
         ASSERT_EQ(out[32 * nb + 2 * b + 1], in[34 * b + 1]) << r << " " << b;
       }
