@@ -1,6 +1,7 @@
 #include "megakernel/codecs.h"
 
 #include <cstring>
+#include <span>
 
 #include "absl/strings/str_join.h"
 
@@ -14,11 +15,28 @@ std::string DeviceCodecNames() {
   return absl::StrJoin(names, ", ");
 }
 
+namespace {
+
+// One plane of a planar device row: `bytes` bytes at `offset` of every file block (codecs.h).
+struct Plane {
+  int offset, bytes;
+};
+constexpr Plane kQ8Planes[] = {{2, 32}, {0, 2}};                 // quants, scale
+constexpr Plane kQ6KPlanes[] = {{0, 192}, {192, 16}, {208, 2}};  // ql + qh, scales, d
+
+// The planes of a planar type (empty for the others).
+std::span<const Plane> PlanesOf(quant::GgmlType t) {
+  if (t == quant::GgmlType::kQ8_0) return kQ8Planes;
+  if (t == quant::GgmlType::kQ6_K) return kQ6KPlanes;
+  return {};
+}
+
+}  // namespace
+
 int64_t DeviceRowBytes(int type, int64_t cols) {
   const auto t = static_cast<quant::GgmlType>(type);
   if (t == quant::GgmlType::kQ3_K) return cols / 256 * kQ3KDeviceBlockBytes;
-  if (t == quant::GgmlType::kQ8_0) return Q8DeviceRowBytes(cols);
-  if (t == quant::GgmlType::kQ6_K) return Q6DeviceRowBytes(cols);
+  if (!PlanesOf(t).empty()) return (quant::RowBytes(t, cols) + 15) / 16 * 16;
   return quant::RowBytes(t, cols);
 }
 
@@ -28,8 +46,8 @@ void ToDeviceLayout(int type, const uint8_t* src, int64_t rows, int64_t cols, ui
     std::memcpy(dst, src, static_cast<size_t>(rows * quant::RowBytes(t, cols)));
     return;
   }
+  const int file_block = quant::GetTypeInfo(t).block_bytes;
   if (t == quant::GgmlType::kQ3_K) {
-    const int file_block = quant::GetTypeInfo(t).block_bytes;
     const int64_t blocks = rows * (cols / 256);
     for (int64_t b = 0; b < blocks; ++b) {
       uint8_t* out = dst + b * kQ3KDeviceBlockBytes;
@@ -38,31 +56,18 @@ void ToDeviceLayout(int type, const uint8_t* src, int64_t rows, int64_t cols, ui
     }
     return;
   }
-  if (t == quant::GgmlType::kQ6_K) {
-    // Each 210-byte block is ql (128), qh (64), scales (16), then d (2).
-    const int64_t nb = cols / 256, file_row = nb * 210, dev_row = Q6DeviceRowBytes(cols);
-    for (int64_t r = 0; r < rows; ++r) {
-      const uint8_t* in = src + r * file_row;
-      uint8_t* out = dst + r * dev_row;
-      for (int64_t b = 0; b < nb; ++b) {
-        std::memcpy(out + 192 * b, in + 210 * b, 192);
-        std::memcpy(out + 192 * nb + 16 * b, in + 210 * b + 192, 16);
-        std::memcpy(out + 208 * nb + 2 * b, in + 210 * b + 208, 2);
-      }
-      std::memset(out + 210 * nb, 0, static_cast<size_t>(dev_row - 210 * nb));
-    }
-    return;
-  }
-  // Q8_0: each 34-byte block is its fp16 scale, then its 32 quants.
-  const int64_t nb = cols / 32, file_row = nb * 34, dev_row = Q8DeviceRowBytes(cols);
+  const int64_t nb = cols / quant::GetTypeInfo(t).block_elems, file_row = nb * file_block;
+  const int64_t dev_row = DeviceRowBytes(type, cols);
   for (int64_t r = 0; r < rows; ++r) {
     const uint8_t* in = src + r * file_row;
     uint8_t* out = dst + r * dev_row;
-    for (int64_t b = 0; b < nb; ++b) {
-      std::memcpy(out + 32 * b, in + 34 * b + 2, 32);
-      std::memcpy(out + 32 * nb + 2 * b, in + 34 * b, 2);
+    for (const Plane& p : PlanesOf(t)) {
+      for (int64_t b = 0; b < nb; ++b) {
+        std::memcpy(out + p.bytes * b, in + file_block * b + p.offset, p.bytes);
+      }
+      out += p.bytes * nb;
     }
-    std::memset(out + 34 * nb, 0, static_cast<size_t>(dev_row - 34 * nb));
+    std::memset(out, 0, static_cast<size_t>(dev_row - file_row));
   }
 }
 

@@ -69,22 +69,14 @@ std::string DeviceCodecNames();
 // (CodecQ3K in codecs/q6_k.cuh).
 inline constexpr int kQ3KDeviceBlockBytes = 112;
 
-// A Q8_0 row as the device stores it: the 32 quant bytes of every block, then every block's fp16
-// scale, then zeros up to a multiple of 16 bytes (none where the row has a multiple of 8 blocks,
-// so the device row is as long as the file's). A block's quants are then two aligned 16-byte
-// loads, where the file's 34-byte blocks cost nine 4-byte loads and eight funnel shifts a lane.
-TANDEM_HD constexpr int64_t Q8DeviceRowBytes(int64_t cols) {
-  return (cols / 32 * 34 + 15) / 16 * 16;
-}
-
-// A Q6_K row as the device stores it: every block's 192 quant bytes (ql, qh), then every block's
-// 16 scale bytes, then every block's fp16 d, then zeros up to a multiple of 16 bytes (none where
-// the row has a multiple of 8 blocks). A half-block lane then loads its quants, scales and d with
-// 8 aligned loads; the file's 210-byte blocks, only 2-byte aligned, took 10 chunk loads realigned
-// by about 90 selects and funnel shifts.
-TANDEM_HD constexpr int64_t Q6DeviceRowBytes(int64_t cols) {
-  return (cols / 256 * 210 + 15) / 16 * 16;
-}
+// Q8_0 and Q6_K rows as the device stores them: planes, each holding one field of every block in
+// block order, then zeros up to a multiple of 16 bytes (none where the row has a multiple of 8
+// blocks, so the device row is as long as the file's). Q8_0: the 32 quant bytes, then the fp16
+// scale. Q6_K: ql and qh (192 bytes), then the 16 scales, then the fp16 d. The file's 34- and
+// 210-byte blocks are only 2-byte aligned, and a lane assembled their words from loads realigned
+// by funnel shifts and selects (Q8_0: nine loads and eight shifts a block; Q6_K: ten chunk loads
+// and ~90 selects and shifts a half-block); in planes every load is aligned (codecs/q8_0.cuh,
+// codecs/q6_k.cuh); codecs.cc lists each type's planes.
 
 // Whether the device layout of `type` is the file's (the other types are converted on upload).
 TANDEM_HD constexpr bool DeviceLayoutIsFiles(int type) {

@@ -44,20 +44,31 @@ __device__ __forceinline__ uint32_t SignBytes(uint32_t w) {
   return r;
 }
 
-// Rows are in the device layout (codecs.h Q6DeviceRowBytes): every block's ql and qh, then every
-// block's scales, then every block's d, so that a lane's loads are all aligned.
+// The planes of a Q6_K row of nb blocks in the device layout (codecs.h): block b's ql and qh
+// (192 bytes), its 16 scales, and every block's d.
+__device__ __forceinline__ const uint8_t* Q6KQuants(const uint8_t* row, int b) {
+  return row + 192 * b;
+}
+__device__ __forceinline__ const int8_t* Q6KScales(const uint8_t* row, int nb, int b) {
+  return reinterpret_cast<const int8_t*>(row + 192 * nb + 16 * b);
+}
+__device__ __forceinline__ const unsigned short* Q6KFactors(const uint8_t* row, int nb) {
+  return reinterpret_cast<const unsigned short*>(row + 208 * nb);
+}
+
+// Rows are in the device layout, so that a lane's loads are all aligned.
 struct CodecQ6K {
   static constexpr int kSliceElems = 128;
   template <int R>
   __device__ static void Dot(const uint8_t* row, int slice, int n_slices, const ActSet& a,
                              unsigned mask, int base, float (&acc)[R]) {
     const int b = slice >> 1, h = slice & 1, nb = n_slices >> 1;
+    const uint8_t* q = Q6KQuants(row, b);
     uint32_t ql[16], qh[8];
-    LoadChunks<4>(reinterpret_cast<const uint4*>(row + 192 * b + 64 * h), ql);
-    LoadChunks<2>(reinterpret_cast<const uint4*>(row + 192 * b + 128 + 32 * h), qh);
-    const uint2 sc = LoadStreaming(reinterpret_cast<const uint2*>(row + 192 * nb + 16 * b + 8 * h));
-    const float d =
-        HalfBitsToFloat(LoadStreaming(reinterpret_cast<const unsigned short*>(row + 208 * nb) + b));
+    LoadChunks<4>(reinterpret_cast<const uint4*>(q + 64 * h), ql);
+    LoadChunks<2>(reinterpret_cast<const uint4*>(q + 128 + 32 * h), qh);
+    const uint2 sc = LoadStreaming(reinterpret_cast<const uint2*>(Q6KScales(row, nb, b) + 8 * h));
+    const float d = HalfBitsToFloat(LoadStreaming(Q6KFactors(row, nb) + b));
 #pragma unroll
     for (int g = 0; g < 4; ++g) {
       // Run g: low nibbles from ql[32·(g%2) + l] (high nibble when g >= 2), top bits from bit

@@ -1,5 +1,5 @@
 // Q8_0 on the device: one lane takes one block (32 weights) per slice and applies it to every
-// active row with dp4a. Rows are in the device layout (codecs.h Q8DeviceRowBytes): the blocks'
+// active row with dp4a. Rows are in the device layout (codecs.h): the blocks'
 // quants, then their scales. C++17, device only.
 #pragma once
 

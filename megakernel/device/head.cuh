@@ -27,15 +27,14 @@ __device__ __forceinline__ float RowElement(int type, const uint8_t* row, int i,
     case GgmlType::kBF16: return quant::Bf16ToF32(reinterpret_cast<const uint16_t*>(row)[i]);
     case GgmlType::kQ8_0:
       return HalfBitsToFloat(Q8Scales(row, cols / 32)[i / 32]) *
-             static_cast<float>(reinterpret_cast<const int8_t*>(row)[i]);
+             static_cast<float>(static_cast<int8_t>(Q8Quants(row, i / 32)[i % 32]));
     case GgmlType::kQ4_K: return BlockElement<quant::BlockQ4K>(row, i);
     case GgmlType::kQ5_K: return BlockElement<quant::BlockQ5K>(row, i);
-    case GgmlType::kQ6_K: {  // the device layout: quants, then scales, then d (codecs.h)
+    case GgmlType::kQ6_K: {
       const int b = i / 256, nb = cols / 256, e = i % 256;
-      const uint8_t* q = row + 192 * b;
-      const auto* scales = reinterpret_cast<const int8_t*>(row + 192 * nb + 16 * b);
-      const auto* d = reinterpret_cast<const unsigned short*>(row + 208 * nb);
-      const float dl = HalfBitsToFloat(d[b]) * static_cast<float>(scales[e / 16]);
+      const uint8_t* q = Q6KQuants(row, b);
+      const float dl = HalfBitsToFloat(Q6KFactors(row, nb)[b]) *
+                       static_cast<float>(Q6KScales(row, nb, b)[e / 16]);
       return dl * static_cast<float>(quant::Q6KQuant(q, q + 128, e));
     }
     case GgmlType::kQ3_K:

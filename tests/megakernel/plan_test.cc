@@ -5,6 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <initializer_list>
+#include <utility>
+#include <vector>
+
 #include "megakernel/codecs.h"
 #include "megakernel/smem.h"
 #include "runtime/model/model.h"
@@ -195,6 +199,37 @@ TEST(DeviceLayoutTest, PadsQ3KBlocksAndCopiesTheOtherTypes) {
   EXPECT_EQ(PlanVram(*m, *dims, 256).weights, device_bytes + used * kAllocationSlack);
 }
 
+// `rows` rows of `cols` elements of `type` in the device layout hold, plane after plane, the
+// given {offset, bytes} field of every file block in block order, then zeros up to dev_row.
+void ExpectPlanes(quant::GgmlType type, int cols, int rows,
+                  std::initializer_list<std::pair<int, int>> planes) {
+  const int block_bytes = quant::GetTypeInfo(type).block_bytes;
+  const int nb = cols / quant::GetTypeInfo(type).block_elems;
+  const int64_t file_row = quant::RowBytes(type, cols);
+  const int64_t dev_row = DeviceRowBytes(static_cast<int>(type), cols);
+  EXPECT_EQ(dev_row % 16, 0);
+  std::vector<uint8_t> file(rows * file_row);
+  for (size_t i = 0; i < file.size(); ++i) file[i] = static_cast<uint8_t>(i * 7 + 1);
+  std::vector<uint8_t> dev(rows * dev_row, 0xAB);
+  ToDeviceLayout(static_cast<int>(type), file.data(), rows, cols, dev.data());
+  for (int r = 0; r < rows; ++r) {
+    const uint8_t* in = file.data() + r * file_row;
+    const uint8_t* out = dev.data() + r * dev_row;
+    for (const auto& [offset, bytes] : planes) {
+      for (int b = 0; b < nb; ++b) {
+        for (int i = 0; i < bytes; ++i) {
+          ASSERT_EQ(out[bytes * b + i], in[block_bytes * b + offset + i])
+              << "row " << r << " block " << b << " plane at " << offset;
+        }
+      }
+      out += bytes * nb;
+    }
+    for (int64_t i = file_row; i < dev_row; ++i) {
+      ASSERT_EQ(dev[r * dev_row + i], 0) << "row " << r << " byte " << i;
+    }
+  }
+}
+
 // A Q8_0 row on the device is its blocks' quants, then their scales in block order, then zeros up
 // to a multiple of 16 bytes: none for rows of a multiple of 8 blocks, which keep the file's size.
 TEST(DeviceLayoutTest, SplitsQ8RowsIntoQuantsThenScales) {
@@ -202,27 +237,7 @@ TEST(DeviceLayoutTest, SplitsQ8RowsIntoQuantsThenScales) {
   EXPECT_EQ(DeviceRowBytes(q8, 2048), quant::RowBytes(quant::GgmlType::kQ8_0, 2048));
   EXPECT_EQ(DeviceRowBytes(q8, 96), 112);  // 3 blocks: 102 bytes, padded
   EXPECT_FALSE(DeviceLayoutIsFiles(q8));
-  for (const int cols : {96, 512}) {
-    const int rows = 3, nb = cols / 32;
-    const int64_t file_row = quant::RowBytes(quant::GgmlType::kQ8_0, cols);
-    const int64_t dev_row = DeviceRowBytes(q8, cols);
-    EXPECT_EQ(dev_row % 16, 0);
-    std::vector<uint8_t> file(rows * file_row);
-    for (size_t i = 0; i < file.size(); ++i) file[i] = static_cast<uint8_t>(i * 7 + 1);
-    std::vector<uint8_t> dev(rows * dev_row, 0xAB);
-    ToDeviceLayout(q8, file.data(), rows, cols, dev.data());
-    for (int r = 0; r < rows; ++r) {
-      const uint8_t* in = file.data() + r * file_row;
-      const uint8_t* out = dev.data() + r * dev_row;
-      for (int b = 0; b < nb; ++b) {
-        for (int i = 0; i < 32; ++i)
-          ASSERT_EQ(out[32 * b + i], in[34 * b + 2 + i]) << r << " " << b;
-        ASSERT_EQ(out[32 * nb + 2 * b], in[34 * b]) << r << " " << b;
-        ASSERT_EQ(out[32 * nb + 2 * b + 1], in[34 * b + 1]) << r << " " << b;
-      }
-      for (int64_t i = 34 * nb; i < dev_row; ++i) ASSERT_EQ(out[i], 0) << r << " " << i;
-    }
-  }
+  for (const int cols : {96, 512}) ExpectPlanes(quant::GgmlType::kQ8_0, cols, 3, {{2, 32}, {0, 2}});
 }
 
 // A Q6_K row on the device is every block's ql and qh (192 bytes), then every block's 16 scales,
@@ -233,27 +248,7 @@ TEST(DeviceLayoutTest, SplitsQ6KRowsIntoQuantsScalesAndFactors) {
   EXPECT_EQ(DeviceRowBytes(q6k, 768), 640);  // 3 blocks: 630 bytes, padded
   EXPECT_FALSE(DeviceLayoutIsFiles(q6k));
   for (const int cols : {768, 2048}) {
-    const int rows = 2, nb = cols / 256;
-    const int64_t file_row = quant::RowBytes(quant::GgmlType::kQ6_K, cols);
-    const int64_t dev_row = DeviceRowBytes(q6k, cols);
-    EXPECT_EQ(dev_row % 16, 0);
-    std::vector<uint8_t> file(rows * file_row);
-    for (size_t i = 0; i < file.size(); ++i) file[i] = static_cast<uint8_t>(i * 13 + 3);
-    std::vector<uint8_t> dev(rows * dev_row, 0xAB);
-    ToDeviceLayout(q6k, file.data(), rows, cols, dev.data());
-    for (int r = 0; r < rows; ++r) {
-      const uint8_t* in = file.data() + r * file_row;
-      const uint8_t* out = dev.data() + r * dev_row;
-      for (int b = 0; b < nb; ++b) {
-        for (int i = 0; i < 192; ++i) ASSERT_EQ(out[192 * b + i], in[210 * b + i]) << r << " " << b;
-        for (int i = 0; i < 16; ++i) {
-          ASSERT_EQ(out[192 * nb + 16 * b + i], in[210 * b + 192 + i]) << r << " " << b;
-        }
-        ASSERT_EQ(out[208 * nb + 2 * b], in[210 * b + 208]) << r << " " << b;
-        ASSERT_EQ(out[208 * nb + 2 * b + 1], in[210 * b + 209]) << r << " " << b;
-      }
-      for (int64_t i = 210 * nb; i < dev_row; ++i) ASSERT_EQ(out[i], 0) << r << " " << i;
-    }
+    ExpectPlanes(quant::GgmlType::kQ6_K, cols, 2, {{0, 192}, {192, 16}, {208, 2}});
   }
 }
 
