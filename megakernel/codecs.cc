@@ -4,6 +4,7 @@
 #include <span>
 
 #include "absl/strings/str_join.h"
+#include "megakernel/smem.h"
 
 namespace tandem::megakernel {
 
@@ -33,10 +34,15 @@ std::span<const Plane> PlanesOf(quant::GgmlType t) {
 
 }  // namespace
 
+bool DeviceLayoutIsFiles(int type) {
+  const auto t = static_cast<quant::GgmlType>(type);
+  return t != quant::GgmlType::kQ3_K && PlanesOf(t).empty();
+}
+
 int64_t DeviceRowBytes(int type, int64_t cols) {
   const auto t = static_cast<quant::GgmlType>(type);
   if (t == quant::GgmlType::kQ3_K) return cols / 256 * kQ3KDeviceBlockBytes;
-  if (!PlanesOf(t).empty()) return (quant::RowBytes(t, cols) + 15) / 16 * 16;
+  if (!PlanesOf(t).empty()) return Align16(quant::RowBytes(t, cols));
   return quant::RowBytes(t, cols);
 }
 

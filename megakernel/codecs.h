@@ -78,12 +78,9 @@ inline constexpr int kQ3KDeviceBlockBytes = 112;
 // and ~90 selects and shifts a half-block); in planes every load is aligned (codecs/q8_0.cuh,
 // codecs/q6_k.cuh); codecs.cc lists each type's planes.
 
-// Whether the device layout of `type` is the file's (the other types are converted on upload).
-TANDEM_HD constexpr bool DeviceLayoutIsFiles(int type) {
-  return type != static_cast<int>(quant::GgmlType::kQ3_K) &&
-         type != static_cast<int>(quant::GgmlType::kQ6_K) &&
-         type != static_cast<int>(quant::GgmlType::kQ8_0);
-}
+// Whether the device layout of `type` is the file's (the other types are converted on upload by
+// ToDeviceLayout; host code).
+bool DeviceLayoutIsFiles(int type);
 
 // Bytes of a row of `cols` elements in the device layout (host code).
 int64_t DeviceRowBytes(int type, int64_t cols);
