@@ -87,11 +87,19 @@ struct ModelDims {
   }
 };
 
-// The attention phases split the keys of each (row, KV group) into at most this many chunks: with
-// 128 the 16k-key phase left three quarters of the grid idle, and the merge walks chunks / 32
-// rounds of loads a lane. A chunk leaves one partial per query head: max, sum, two floats of
-// padding (the output starts 16-byte aligned), head_dim outputs.
-inline constexpr int kMaxAttentionChunks = 512;
+// The attention phases split the keys of each (row group, KV group, team) into about as many
+// chunks as the grid has warps for (SplitAttention). A fixed cap of 128 left three quarters of
+// the grid idle at 16k keys; one of 512 gave 16,385 keys (a 16k context plus the new token)
+// 48-key chunks, whose items each ran one and a half 32-key steps where 32-key chunks would fill
+// the grid with one step each (docs/perf/megakernel.md, session 42). A chunk leaves one partial
+// per query head: max, sum, two floats of padding (the output starts 16-byte aligned), head_dim
+// outputs.
+//
+// The partials of a step are [row][query head][chunk] over the step's own chunk count. A row group
+// has at most grid_warps / (n_head_kv × teams) chunks and at most kMaxQueryRowsPerWarp rows, so a
+// step leaves at most kMaxQueryRowsPerWarp × grid_warps / n_head_kv partials a query head (and at
+// least a chunk a row), the bound the runner sizes the buffer by.
+inline constexpr int kMaxQueryRowsPerWarp = 2;
 // The fewest keys a chunk holds. A chunk is one warp's serial work (scores, softmax, value
 // rows), so short contexts want many small chunks: at 512 keys, 16-key chunks (1,024 warps on
 // qwen3-30b-a3b) took the attention phase from 15.9 to 15.1 us a layer and flash-next-125b's
@@ -108,8 +116,8 @@ struct Scratch {
   float* mix = nullptr;  // [B][mix_stride] attention output
   int32_t mix_stride = 0;
   float* mix2 = nullptr;       // [B][d_inner] DeltaNet delta-rule output before the gated norm
-  float* attn_part = nullptr;  // [B][n_head][n_chunks_max][kAttnPartHeader + head_dim] partials
-  int32_t n_chunks_max = 0;
+  float* attn_part =
+      nullptr;                // [B][n_head][the step's chunks][kAttnPartHeader + head_dim] partials
   float* router = nullptr;    // [B][n_expert] router logits
   float* sh_act = nullptr;    // [B][n_ff_shexp] silu(gate) * up of the shared expert
   float* sh_gate = nullptr;   // [B] shared-expert gate logit

@@ -243,12 +243,15 @@ absl::Status GpuRunner::AllocateState() {
   const int d_inner = hp.is_hybrid() ? d.ssm_d_inner() : 0;
   s.proj_stride = std::max(d.q_rows() + 2 * d.kv_dim(), conv_dim + d_inner + 2 * d.ssm_n_v);
   s.mix_stride = d.n_head * d.head_dim;
-  s.n_chunks_max =
-      std::min((d.n_ctx + kMinAttentionChunk - 1) / kMinAttentionChunk, kMaxAttentionChunks);
   int device = 0, sms = 0;
   TANDEM_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
   TANDEM_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const uint64_t max_grid = static_cast<uint64_t>(sms) * std::max(1, options_.max_blocks_per_sm);
+  // A step's chunk partials a query head (params.h): at most kMaxQueryRowsPerWarp x the grid's
+  // warps over the KV groups, and at most a chunk per kMinAttentionChunk keys of each row.
+  const uint64_t partials_per_head = std::min<uint64_t>(
+      uint64_t{B} * ((d.n_ctx + kMinAttentionChunk - 1) / kMinAttentionChunk),
+      std::max<uint64_t>(B, kMaxQueryRowsPerWarp * max_grid * kWarpsPerBlock / d.n_head_kv));
   struct {
     float** ptr;
     uint64_t count;
@@ -258,7 +261,7 @@ absl::Status GpuRunner::AllocateState() {
       {&s.proj, uint64_t{B} * s.proj_stride, "projections"},
       {&s.mix, uint64_t{B} * s.mix_stride, "attention output"},
       {&s.mix2, uint64_t{B} * std::max(1, d_inner), "DeltaNet output"},
-      {&s.attn_part, uint64_t{B} * d.n_head * s.n_chunks_max * (kAttnPartHeader + d.head_dim),
+      {&s.attn_part, partials_per_head * d.n_head * (kAttnPartHeader + d.head_dim),
        "attention partials"},
       {&s.router, uint64_t{B} * d.n_expert, "router logits"},
       {&s.sh_act, uint64_t{B} * std::max(1, d.n_ff_shexp), "shared expert"},

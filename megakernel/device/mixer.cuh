@@ -27,8 +27,8 @@ inline constexpr int kMaxConvKernel = 8;      // DeltaNet conv taps (checked on 
 // serves one head, so that the phase still has a warp per (row, head, 32 keys) (teams at 512 keys
 // doubled the phase). In a multi-row step a one-head warp serves its head for a pair of rows
 // (`rows`, QueryRowsPerWarp), so that each key and value row it loads serves both. Chunks are at
-// least kMinAttentionChunk keys and at most kMaxAttentionChunks per (row group, team). Both
-// attention phases derive the same split.
+// least kMinAttentionChunk keys, as many per (row group, team) as the grid has warps for
+// (params.h). Both attention phases derive the same split.
 struct AttentionSplit {
   int heads;     // query heads per warp
   int rows;      // step rows per warp (one-head path; 1 with teams)
@@ -55,6 +55,7 @@ __host__ __device__ constexpr int HeadsPerWarp(int dims_per_lane) {
 __host__ __device__ constexpr int QueryRowsPerWarp(int dims_per_lane) {
   return dims_per_lane <= 4 ? 2 : 1;
 }
+static_assert(QueryRowsPerWarp(1) <= kMaxQueryRowsPerWarp, "the partials buffer's bound");
 
 template <int R>
 __device__ __forceinline__ AttentionSplit SplitAttention(const MixerArgs& A) {
@@ -69,8 +70,7 @@ __device__ __forceinline__ AttentionSplit SplitAttention(const MixerArgs& A) {
   s.rows = R > 1 && s.heads == 1 ? min(B, QueryRowsPerWarp(DimsPerLane(D.head_dim))) : 1;
   s.teams = (group + s.heads - 1) / s.heads;
   const int row_groups = R > 1 ? (B + s.rows - 1) / s.rows : B;
-  const int wanted =
-      min(kMaxAttentionChunks, max(1, GridWarps() / (row_groups * D.n_head_kv * s.teams)));
+  const int wanted = max(1, GridWarps() / (row_groups * D.n_head_kv * s.teams));
   const int len = (n_keys + wanted - 1) / wanted;
   s.chunk = max(kMinAttentionChunk,
                 (len + kMinAttentionChunk - 1) / kMinAttentionChunk * kMinAttentionChunk);
@@ -344,14 +344,14 @@ __device__ __forceinline__ void LoadValueRows(const float* v_base, int kv_dim, i
   }
 }
 
-// Chunk c's partial of (row r, head h): max m, sum l (lane 0), the unnormalised output o.
+// Chunk c of n_chunks (the split's): the partial of (row r, head h): max m, sum l (lane 0), the
+// unnormalised output o.
 template <int PL>
-__device__ __forceinline__ void WritePartial(const MixerArgs& A, int r, int h, int c, float m,
-                                             float l, const float (&o)[PL]) {
+__device__ __forceinline__ void WritePartial(const MixerArgs& A, int n_chunks, int r, int h, int c,
+                                             float m, float l, const float (&o)[PL]) {
   const int hd = A.dims.head_dim, per_lane = hd / 32;
-  float* part =
-      A.s.attn_part + ((static_cast<int64_t>(r) * A.dims.n_head + h) * A.s.n_chunks_max + c) *
-                          (kAttnPartHeader + hd);
+  float* part = A.s.attn_part + ((static_cast<int64_t>(r) * A.dims.n_head + h) * n_chunks + c) *
+                                    (kAttnPartHeader + hd);
   if (Lane() == 0) {
     part[0] = m;
     part[1] = l;
@@ -493,7 +493,7 @@ __device__ void AttentionHeadPartials(const MixerArgs& A, const AttentionSplit& 
     }
 #pragma unroll
     for (int i = 0; i < kRows; ++i) {
-      if (i < n_rows) WritePartial(A, r0 + i, h, c, m[i], l[i], o[i]);
+      if (i < n_rows) WritePartial(A, S.n_chunks, r0 + i, h, c, m[i], l[i], o[i]);
     }
     PublishChunks(ChunksDone(A, r0, h), nh, n_rows);
   }
@@ -602,7 +602,7 @@ __device__ void AttentionTeamPartials(const MixerArgs& A, const AttentionSplit& 
 #pragma unroll
     for (int h = 0; h < kHeads; ++h) {
       const float l_sum = WarpSum(l[h]);
-      if (h < n_heads) WritePartial(A, r, h0 + h, c, m[h], l_sum, o[h]);
+      if (h < n_heads) WritePartial(A, S.n_chunks, r, h0 + h, c, m[h], l_sum, o[h]);
     }
     PublishChunks(ChunksDone(A, r, h0), 1, n_heads);
   }
@@ -742,7 +742,7 @@ __device__ __noinline__ void AttentionTeamPartialsLanesOverDims(const MixerArgs&
     for (int h = 0; h < kHeads; ++h) {
       const float m_h = __shfl_sync(kFullMask, m_lane, h);
       const float l_h = __shfl_sync(kFullMask, l_lane, h);
-      if (h < n_heads) WritePartial(A, r, h0 + h, c, m_h, l_h, o[h]);
+      if (h < n_heads) WritePartial(A, S.n_chunks, r, h0 + h, c, m_h, l_h, o[h]);
     }
     PublishChunks(ChunksDone(A, r, h0), 1, n_heads);
   }
@@ -797,8 +797,7 @@ __device__ inline void AttentionCombine(const MixerArgs& A) {
   for (int it = GridWarps() - 1 - GlobalWarp(); it < B * nh * parts; it += GridWarps()) {
     const int part = it % parts, h = (it / parts) % nh, r = it / (parts * nh);
     WaitCount(ChunksDone(A, r, h), static_cast<uint32_t>(n_chunks));
-    const float* chunks =
-        A.s.attn_part + (static_cast<int64_t>(r) * nh + h) * A.s.n_chunks_max * part_len;
+    const float* chunks = A.s.attn_part + (static_cast<int64_t>(r) * nh + h) * n_chunks * part_len;
     float m = -INFINITY, l = 0, acc[32];
 #pragma unroll
     for (int i = 0; i < 32; ++i) acc[i] = 0;
