@@ -145,14 +145,17 @@ __device__ __forceinline__ void PublishHead(uint32_t* flag, uint32_t seq) {
                                                                      cuda::memory_order_release);
 }
 
-// Lane 0 waits (acquire, device scope) until *word == want (a head's flag holding this step's
-// number, a head's chunk count), backing off between loads, and the warp barrier then orders the
-// other lanes' reads after it. A merging warp may wait for most of the phase: 32 lanes loading
-// without pause slowed the key and value streams of the other warps (qwen3-30b-a3b at 16k keys,
-// 2026-11-30).
-__device__ __forceinline__ void WaitCount(uint32_t* word, uint32_t want) {
-  if (Lane() == 0) {
-    cuda::atomic_ref<uint32_t, cuda::thread_scope_device> w(*word);
+// Lanes 0 .. n - 1 (n ≤ 32) wait (acquire, device scope) until first[lane * stride] == want (a
+// head's flag holding this step's number, a head's chunk count), backing off between loads, and
+// the warp barrier then orders the other lanes' reads after theirs. The words are polled at once,
+// a lane each: one after another, a team item's eight query flags cost a round trip each even once
+// all were set (10 us of waiting a qwen3-30b-a3b item at 16k keys; docs/perf/megakernel.md,
+// session 42). One lane a word: a merging warp may wait for most of the phase, and 32 lanes
+// loading without pause slowed the key and value streams of the other warps (qwen3-30b-a3b at 16k
+// keys, 2026-11-30).
+__device__ __forceinline__ void WaitCounts(uint32_t* first, int stride, int n, uint32_t want) {
+  if (Lane() < n) {
+    cuda::atomic_ref<uint32_t, cuda::thread_scope_device> w(first[Lane() * stride]);
     while (w.load(cuda::memory_order_acquire) != want) {
 #if __CUDA_ARCH__ >= 700
       __nanosleep(64);
@@ -166,10 +169,10 @@ __device__ __forceinline__ void WaitCount(uint32_t* word, uint32_t want) {
 // append by rows max(0, k0 - first_pos) .. min(r, k1 - 1 - first_pos) of KV head g.
 __device__ __forceinline__ void WaitNewKeys(const MixerArgs& A, int r, int g, int k0, int k1) {
   const int first = A.in->first_pos;
-  const int last_row = min(r, k1 - 1 - first);
-  for (int rr = max(0, k0 - first); rr <= last_row; ++rr) {
-    WaitCount(HeadFlag(A, rr, g), A.in->seq);
-  }
+  const int first_row = max(0, k0 - first), last_row = min(r, k1 - 1 - first);
+  if (last_row < first_row) return;
+  const int row_stride = static_cast<int>(HeadFlag(A, 1, g) - HeadFlag(A, 0, g));
+  WaitCounts(HeadFlag(A, first_row, g), row_stride, last_row - first_row + 1, A.in->seq);
 }
 
 // The merge of a (row, head)'s key chunks runs in the attention phase too, not in a phase of its
@@ -313,7 +316,7 @@ __device__ __forceinline__ void StageQueries(const MixerArgs& A, int r, int h0, 
                                              int stride, float* q_smem) {
   const int hd = A.dims.head_dim;
   const int q_stride = A.dims.q_head_stride();
-  for (int h = 0; h < n; ++h) WaitCount(HeadFlag(A, r, A.dims.n_head_kv + h0 + h), A.in->seq);
+  WaitCounts(HeadFlag(A, r, A.dims.n_head_kv + h0), 1, n, A.in->seq);
   const float* q = A.s.proj + static_cast<int64_t>(r) * A.s.proj_stride + h0 * q_stride;
   __syncwarp();  // the previous item's reads are done
   for (int h = 0; h < slots; ++h) {
@@ -796,7 +799,7 @@ __device__ inline void AttentionCombine(const MixerArgs& A) {
   const int parts = hd / 32;
   for (int it = GridWarps() - 1 - GlobalWarp(); it < B * nh * parts; it += GridWarps()) {
     const int part = it % parts, h = (it / parts) % nh, r = it / (parts * nh);
-    WaitCount(ChunksDone(A, r, h), static_cast<uint32_t>(n_chunks));
+    WaitCounts(ChunksDone(A, r, h), 0, 1, static_cast<uint32_t>(n_chunks));
     const float* chunks = A.s.attn_part + (static_cast<int64_t>(r) * nh + h) * n_chunks * part_len;
     float m = -INFINITY, l = 0, acc[32];
 #pragma unroll
