@@ -18,12 +18,15 @@ std::string DeviceCodecNames() {
 
 namespace {
 
-// One plane of a planar device row: `bytes` bytes at `offset` of every file block (codecs.h).
+// One plane of a planar device row: `bytes` bytes at `offset` of every file block (codecs.h). The
+// planes follow one another in table order, the order the device's offset helpers (Q8Quants,
+// Q8Scales; Q6KQuants, Q6KScales, Q6KFactors) add their sizes in.
 struct Plane {
   int offset, bytes;
 };
-constexpr Plane kQ8Planes[] = {{2, 32}, {0, 2}};                 // quants, scale
-constexpr Plane kQ6KPlanes[] = {{0, 192}, {192, 16}, {208, 2}};  // ql + qh, scales, d
+constexpr Plane kQ8Planes[] = {{2, kQ8QuantBytes}, {0, kQ8ScaleBytes}};  // quants, scale
+// ql + qh, scales, d
+constexpr Plane kQ6KPlanes[] = {{0, kQ6KQuantBytes}, {192, kQ6KScaleBytes}, {208, kQ6KFactorBytes}};
 
 // The planes of a planar type (empty for the others).
 std::span<const Plane> PlanesOf(quant::GgmlType t) {

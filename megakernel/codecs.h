@@ -76,7 +76,10 @@ inline constexpr int kQ3KDeviceBlockBytes = 112;
 // 210-byte blocks are only 2-byte aligned, and a lane assembled their words from loads realigned
 // by funnel shifts and selects (Q8_0: nine loads and eight shifts a block; Q6_K: ten chunk loads
 // and ~90 selects and shifts a half-block); in planes every load is aligned (codecs/q8_0.cuh,
-// codecs/q6_k.cuh); codecs.cc lists each type's planes.
+// codecs/q6_k.cuh); codecs.cc lists each type's planes, with each field's offset in the file's
+// block. The planes' field sizes, in bytes a block (host and device code):
+inline constexpr int kQ8QuantBytes = 32, kQ8ScaleBytes = 2;
+inline constexpr int kQ6KQuantBytes = 192, kQ6KScaleBytes = 16, kQ6KFactorBytes = 2;
 
 // Whether the device layout of `type` is the file's (the other types are converted on upload by
 // ToDeviceLayout; host code).

@@ -47,13 +47,13 @@ __device__ __forceinline__ uint32_t SignBytes(uint32_t w) {
 // The planes of a Q6_K row of nb blocks in the device layout (codecs.h): block b's ql and qh
 // (192 bytes), its 16 scales, and every block's d.
 __device__ __forceinline__ const uint8_t* Q6KQuants(const uint8_t* row, int b) {
-  return row + 192 * b;
+  return row + kQ6KQuantBytes * b;
 }
 __device__ __forceinline__ const int8_t* Q6KScales(const uint8_t* row, int nb, int b) {
-  return reinterpret_cast<const int8_t*>(row + 192 * nb + 16 * b);
+  return reinterpret_cast<const int8_t*>(row + kQ6KQuantBytes * nb + kQ6KScaleBytes * b);
 }
 __device__ __forceinline__ const unsigned short* Q6KFactors(const uint8_t* row, int nb) {
-  return reinterpret_cast<const unsigned short*>(row + 208 * nb);
+  return reinterpret_cast<const unsigned short*>(row + (kQ6KQuantBytes + kQ6KScaleBytes) * nb);
 }
 
 // Rows are in the device layout, so that a lane's loads are all aligned.

@@ -11,10 +11,10 @@ namespace tandem::megakernel {
 
 // Block b's 32 quants, and the scales of a row of nb blocks, in the device layout.
 __device__ __forceinline__ const uint8_t* Q8Quants(const uint8_t* row, int b) {
-  return row + 32 * b;
+  return row + kQ8QuantBytes * b;
 }
 __device__ __forceinline__ const unsigned short* Q8Scales(const uint8_t* row, int nb) {
-  return reinterpret_cast<const unsigned short*>(row + 32 * nb);
+  return reinterpret_cast<const unsigned short*>(row + kQ8QuantBytes * nb);
 }
 
 // Loads go out kUnroll slices at a time (RowDotWith): a 2,048-column row is two slices a lane, and
