@@ -191,6 +191,50 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(false)),
     [](const auto& info) { return SpecName(std::get<0>(info.param)) + "_q8_0"; });
 
+// tiny-qwen3moe's first attention layer (f32) past 8,192 keys, then one-row steps, both attention
+// paths: a one-row step splits its keys into at most the grid's warps over its (KV group, team)
+// items, and with 2 KV heads that is more than 512 chunks a row on an H200 (1,056 with teams, 528
+// without: 513 chunks of 16 keys). 512 was a fixed cap until 2026-12-04; the partials buffer is
+// now sized from the grid (params.h). Filled 8 rows a call; every call is diffed against the
+// reference.
+TEST(LongContextAttentionTest, OneRowStepsPastFiveHundredTwelveChunks) {
+  if (const std::string why = CudaUnavailableReason(); !why.empty()) {
+    GTEST_SKIP() << "GPU test skipped: " << why;
+  }
+  auto m = model::OpenModel(SynthSpec("tiny-qwen3moe", true));
+  ASSERT_TRUE(m.ok()) << m.status();
+  const model::HParams& hp = (*m)->hparams();
+  auto ref = reference::ReferenceForward::Create(**m);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  constexpr int kFillRows = 8, kFilled = 8200, kOneRowSteps = 4;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const size_t H = static_cast<size_t>(hp.n_embd);
+  for (bool teams : {false, true}) {
+    RunnerOptions ro;
+    ro.n_ctx = kFilled + kOneRowSteps;
+    ro.force_attention_teams = teams;
+    auto gpu = GpuRunner::Create(**m, ro);
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    reference::SequenceState state = reference::SequenceState::Create(hp, ro.n_ctx);
+    double worst = 0;
+    for (int pos = 0; pos < ro.n_ctx;) {
+      const int rows = pos < kFilled ? kFillRows : 1;
+      std::vector<float> x(rows * H);
+      for (float& v : x) v = normal(rng);
+      std::vector<float> want = x, got;
+      ASSERT_TRUE((*ref)->LayerHalf(0, false, state, pos, rows, want.data()).ok());
+      ASSERT_TRUE((*gpu)->RunLayerHalf(0, false, x, rows, pos, &got).ok());
+      const double e = NormalisedUpdateError(x, want, got);
+      worst = std::max(worst, e);
+      ASSERT_LT(e, 1e-4) << "keys " << pos + rows << (teams ? " teams" : "");
+      pos += rows;
+    }
+    std::printf("[tiny-qwen3moe, %d keys, one-row steps%s] normalised error, worst: %.2e\n",
+                ro.n_ctx, teams ? ", teams" : "", worst);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Synth, LongContextAttentionTest,
                          ::testing::Values("tiny-qwen3moe", kWideHeads, kWiderHeads),
                          [](const auto& info) { return SpecName(info.param); });
