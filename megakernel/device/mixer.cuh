@@ -784,6 +784,36 @@ __device__ inline void AttentionPartials(const MixerArgs& A, uint8_t* smem) {
   AttentionChunks<R>(A, S, smem);
 }
 
+// A merging lane's chunks c = Lane(), Lane() + 32, ... of one (row, head)'s partials at chunks,
+// folded into its running max m, weight sum l and output dimensions 32 * part .. + 31 (acc),
+// kUnroll chunks' loads issued before the first is merged.
+template <int kUnroll>
+__device__ __forceinline__ void MergeLaneChunks(const float* chunks, int n_chunks, int part_len,
+                                                int part, float& m, float& l, float (&acc)[32]) {
+#pragma unroll kUnroll
+  for (int c = Lane(); c < n_chunks; c += 32) {
+    const float* p = chunks + static_cast<int64_t>(c) * part_len;
+    const float mc = __ldcg(p), lc = __ldcg(p + 1);
+    const float4* o4 = reinterpret_cast<const float4*>(p + kAttnPartHeader + 32 * part);
+    float4 o[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) o[i] = __ldcg(o4 + i);
+    if (lc > 0) {  // a chunk past this row's keys has none
+      const float m_new = fmaxf(m, mc);
+      const float keep = expf(m - m_new), add = expf(mc - m_new);
+      l = l * keep + lc * add;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        acc[4 * i + 0] = acc[4 * i + 0] * keep + o[i].x * add;
+        acc[4 * i + 1] = acc[4 * i + 1] * keep + o[i].y * add;
+        acc[4 * i + 2] = acc[4 * i + 2] * keep + o[i].z * add;
+        acc[4 * i + 3] = acc[4 * i + 3] * keep + o[i].w * add;
+      }
+      m = m_new;
+    }
+  }
+}
+
 // The end of attention phase 1: merge the chunks of each (row, head), apply the sigmoid output
 // gate. A warp per (row, head, 32 head dimensions), counted from the grid's last warp, waits for
 // the head's chunk count (see ChunksDone); each lane merges chunks lane, lane + 32, ... with its
@@ -804,27 +834,13 @@ __device__ inline void AttentionCombine(const MixerArgs& A) {
     float m = -INFINITY, l = 0, acc[32];
 #pragma unroll
     for (int i = 0; i < 32; ++i) acc[i] = 0;
-#pragma unroll 2  // two chunks' loads in flight a lane (513 chunks a head at 16k keys: 17 rounds)
-    for (int c = Lane(); c < n_chunks; c += 32) {
-      const float* p = chunks + static_cast<int64_t>(c) * part_len;
-      const float mc = __ldcg(p), lc = __ldcg(p + 1);
-      const float4* o4 = reinterpret_cast<const float4*>(p + kAttnPartHeader + 32 * part);
-      float4 o[8];
-#pragma unroll
-      for (int i = 0; i < 8; ++i) o[i] = __ldcg(o4 + i);
-      if (lc > 0) {  // a chunk past this row's keys has none
-        const float m_new = fmaxf(m, mc);
-        const float keep = expf(m - m_new), add = expf(mc - m_new);
-        l = l * keep + lc * add;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          acc[4 * i + 0] = acc[4 * i + 0] * keep + o[i].x * add;
-          acc[4 * i + 1] = acc[4 * i + 1] * keep + o[i].y * add;
-          acc[4 * i + 2] = acc[4 * i + 2] * keep + o[i].z * add;
-          acc[4 * i + 3] = acc[4 * i + 3] * keep + o[i].w * add;
-        }
-        m = m_new;
-      }
+    // Two chunks' loads in flight a lane where each lane merges many (513 chunks a head at 16k
+    // keys, 17 rounds: qwen3-30b-a3b's phase 54.0 -> 51.3 us); one where it merges one or two (at
+    // 512 keys the unrolled loop cost 0.5 us a layer; docs/perf/megakernel.md, session 42).
+    if (n_chunks > 64) {
+      MergeLaneChunks<2>(chunks, n_chunks, part_len, part, m, l, acc);
+    } else {
+      MergeLaneChunks<1>(chunks, n_chunks, part_len, part, m, l, acc);
     }
     const float m_all = WarpMax(m);
     const float f = l > 0 ? expf(m - m_all) : 0.0f;
