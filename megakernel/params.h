@@ -98,7 +98,7 @@ struct ModelDims {
 // The partials of a step are [row][query head][chunk] over the step's own chunk count. A row group
 // has at most grid_warps / (n_head_kv × teams) chunks and at most kMaxQueryRowsPerWarp rows, so a
 // step leaves at most kMaxQueryRowsPerWarp × grid_warps / n_head_kv partials a query head (and at
-// least a chunk a row), the bound the runner sizes the buffer by.
+// least one a row), the bound the runner sizes the buffer by.
 inline constexpr int kMaxQueryRowsPerWarp = 2;
 // The fewest keys a chunk holds. A chunk is one warp's serial work (scores, softmax, value
 // rows), so short contexts want many small chunks: at 512 keys, 16-key chunks (1,024 warps on
