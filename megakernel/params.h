@@ -116,8 +116,8 @@ struct Scratch {
   float* mix = nullptr;  // [B][mix_stride] attention output
   int32_t mix_stride = 0;
   float* mix2 = nullptr;       // [B][d_inner] DeltaNet delta-rule output before the gated norm
-  float* attn_part =
-      nullptr;                // [B][n_head][the step's chunks][kAttnPartHeader + head_dim] partials
+  // Attention partials, [B][n_head][the step's chunks][kAttnPartHeader + head_dim].
+  float* attn_part = nullptr;
   float* router = nullptr;    // [B][n_expert] router logits
   float* sh_act = nullptr;    // [B][n_ff_shexp] silu(gate) * up of the shared expert
   float* sh_gate = nullptr;   // [B] shared-expert gate logit
