@@ -39,9 +39,9 @@ for pass in $(seq "${REPEAT:-1}"); do
     "$dir/tandem" bench decode --backend cuda "${margs[@]}" --contexts "${CONTEXTS:-512}" \
       --steps "${STEPS:-32}" --json "$out/${v}_decode_$pass.json" > "$out/${v}_bench_$pass.log" 2>&1
     echo "$v bench rc=$? t=$(( $(date +%s) - t0 )) s"
-    # PHASES=1 adds the per-layer phase timeline (µs) printed under each tok/s line.
+    # PHASES=1 adds the per-layer phase timeline and the gap between launches (µs) under each tok/s line.
     pattern="tok/s|^matvec (q8_0|q4_k|q3_k|q6_k|f32) "
-    [[ ${PHASES:-0} == 1 ]] && pattern+="|^    (attention|deltanet|moe) "
+    [[ ${PHASES:-0} == 1 ]] && pattern+="|^    (attention|deltanet|moe|between) "
     grep -E "$pattern" "$out/${v}_bench_$pass.log" | sed "s/^/  /"
   done
 done
