@@ -109,18 +109,12 @@ TEST_P(LayerHalfTest, MatchesTheReferenceOnRandomStates) {
               f32 ? "f32" : "q8_0", worst[0], worst[1]);
 }
 
-// The first attention layer of a tiny shape (f32) to 2,240 keys, 8 rows a call: past 32 chunks
-// per (row, head), so the merge's lanes take chunks in more than one round, and past the point
-// where the team path runs by itself on a large GPU (8 rows × 2 KV heads × 70 key blocks fill half
-// of an H200's 2,112 warps). Every call is diffed against the reference. Shapes: tiny-qwen3moe
-// (heads of 64, two to a KV head) and the two resized ones of LayerHalfTest.
-class LongContextAttentionTest : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(LongContextAttentionTest, MatchesTheReferencePastThirtyTwoChunks) {
-  if (const std::string why = CudaUnavailableReason(); !why.empty()) {
-    GTEST_SKIP() << "GPU test skipped: " << why;
-  }
-  const std::string shape = GetParam();
+// Runs the first attention layer of `shape` (every weight f32) on both attention paths, from
+// position 0 to n_ctx keys, rows_at(pos) rows a call from position pos, and diffs every call
+// against the reference (normalised error under 1e-4). Prints each path's worst error.
+template <class RowsAt>
+void DiffAttentionLayerAlongContext(const std::string& shape, int n_ctx, uint32_t seed,
+                                    RowsAt rows_at) {
   auto m = model::OpenModel(SynthSpec(shape, true));
   ASSERT_TRUE(m.ok()) << m.status();
   const model::HParams& hp = (*m)->hparams();
@@ -128,31 +122,47 @@ TEST_P(LongContextAttentionTest, MatchesTheReferencePastThirtyTwoChunks) {
   ASSERT_TRUE(ref.ok()) << ref.status();
   int layer = 0;
   while (hp.IsRecurrentLayer(layer)) ++layer;
-  constexpr int kRows = 8, kKeys = 2240;
-  std::mt19937 rng(5);
+  std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const size_t H = static_cast<size_t>(hp.n_embd);
   for (bool teams : {false, true}) {
     RunnerOptions ro;
-    ro.n_ctx = kKeys;
+    ro.n_ctx = n_ctx;
     ro.force_attention_teams = teams;
     auto gpu = GpuRunner::Create(**m, ro);
     ASSERT_TRUE(gpu.ok()) << gpu.status();
-    reference::SequenceState state = reference::SequenceState::Create(hp, kKeys);
+    reference::SequenceState state = reference::SequenceState::Create(hp, n_ctx);
     double worst = 0;
-    for (int pos = 0; pos < kKeys; pos += kRows) {
-      std::vector<float> x(kRows * H);
+    for (int pos = 0; pos < n_ctx;) {
+      const int rows = rows_at(pos);
+      std::vector<float> x(rows * H);
       for (float& v : x) v = normal(rng);
       std::vector<float> want = x, got;
-      ASSERT_TRUE((*ref)->LayerHalf(layer, false, state, pos, kRows, want.data()).ok());
-      ASSERT_TRUE((*gpu)->RunLayerHalf(layer, false, x, kRows, pos, &got).ok());
+      ASSERT_TRUE((*ref)->LayerHalf(layer, false, state, pos, rows, want.data()).ok());
+      ASSERT_TRUE((*gpu)->RunLayerHalf(layer, false, x, rows, pos, &got).ok());
       const double e = NormalisedUpdateError(x, want, got);
       worst = std::max(worst, e);
-      ASSERT_LT(e, 1e-4) << shape << " keys " << pos + kRows << (teams ? " teams" : "");
+      ASSERT_LT(e, 1e-4) << shape << " keys " << pos + rows << (teams ? " teams" : "");
+      pos += rows;
     }
-    std::printf("[%s, long context%s] normalised error, worst: %.2e\n", shape.c_str(),
+    std::printf("[%s, %d keys%s] normalised error, worst: %.2e\n", shape.c_str(), n_ctx,
                 teams ? ", teams" : "", worst);
   }
+}
+
+// The first attention layer of a tiny shape (f32) to 2,240 keys, 8 rows a call: past 32 chunks
+// per (row, head), so the merge's lanes take chunks in more than one round, and past the point
+// where the team path runs by itself on a large GPU (8 rows × 2 KV heads × 70 key blocks fill half
+// of an H200's 2,112 warps). Shapes: tiny-qwen3moe (heads of 64, two to a KV head) and the two
+// resized ones of LayerHalfTest.
+class LongContextAttentionTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(LongContextAttentionTest, MatchesTheReferencePastThirtyTwoChunks) {
+  if (const std::string why = CudaUnavailableReason(); !why.empty()) {
+    GTEST_SKIP() << "GPU test skipped: " << why;
+  }
+  ASSERT_NO_FATAL_FAILURE(
+      DiffAttentionLayerAlongContext(GetParam(), 2240, 5, [](int) { return 8; }));
 }
 
 // A test name from a shape spec: letters and digits kept, everything else '_'.
@@ -195,44 +205,14 @@ INSTANTIATE_TEST_SUITE_P(
 // paths: a one-row step splits its keys into at most the grid's warps over its (KV group, team)
 // items, and with 2 KV heads that is more than 512 chunks a row on an H200 (1,056 with teams, 528
 // without: 513 chunks of 16 keys). 512 was a fixed cap until 2026-12-04; the partials buffer is
-// now sized from the grid (params.h). Filled 8 rows a call; every call is diffed against the
-// reference.
+// now sized from the grid (params.h). Filled 8 rows a call.
 TEST(LongContextAttentionTest, OneRowStepsPastFiveHundredTwelveChunks) {
   if (const std::string why = CudaUnavailableReason(); !why.empty()) {
     GTEST_SKIP() << "GPU test skipped: " << why;
   }
-  auto m = model::OpenModel(SynthSpec("tiny-qwen3moe", true));
-  ASSERT_TRUE(m.ok()) << m.status();
-  const model::HParams& hp = (*m)->hparams();
-  auto ref = reference::ReferenceForward::Create(**m);
-  ASSERT_TRUE(ref.ok()) << ref.status();
-  constexpr int kFillRows = 8, kFilled = 8200, kOneRowSteps = 4;
-  std::mt19937 rng(11);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  const size_t H = static_cast<size_t>(hp.n_embd);
-  for (bool teams : {false, true}) {
-    RunnerOptions ro;
-    ro.n_ctx = kFilled + kOneRowSteps;
-    ro.force_attention_teams = teams;
-    auto gpu = GpuRunner::Create(**m, ro);
-    ASSERT_TRUE(gpu.ok()) << gpu.status();
-    reference::SequenceState state = reference::SequenceState::Create(hp, ro.n_ctx);
-    double worst = 0;
-    for (int pos = 0; pos < ro.n_ctx;) {
-      const int rows = pos < kFilled ? kFillRows : 1;
-      std::vector<float> x(rows * H);
-      for (float& v : x) v = normal(rng);
-      std::vector<float> want = x, got;
-      ASSERT_TRUE((*ref)->LayerHalf(0, false, state, pos, rows, want.data()).ok());
-      ASSERT_TRUE((*gpu)->RunLayerHalf(0, false, x, rows, pos, &got).ok());
-      const double e = NormalisedUpdateError(x, want, got);
-      worst = std::max(worst, e);
-      ASSERT_LT(e, 1e-4) << "keys " << pos + rows << (teams ? " teams" : "");
-      pos += rows;
-    }
-    std::printf("[tiny-qwen3moe, %d keys, one-row steps%s] normalised error, worst: %.2e\n",
-                ro.n_ctx, teams ? ", teams" : "", worst);
-  }
+  constexpr int kFilled = 8200, kOneRowSteps = 4;
+  ASSERT_NO_FATAL_FAILURE(DiffAttentionLayerAlongContext(
+      "tiny-qwen3moe", kFilled + kOneRowSteps, 11, [](int pos) { return pos < kFilled ? 8 : 1; }));
 }
 
 INSTANTIATE_TEST_SUITE_P(Synth, LongContextAttentionTest,
