@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "runtime/quant/host_device.h"
+
 // Member functions callable from host and device code.
 #if defined(__CUDACC__)
 #define TANDEM_MEMBER_HD __host__ __device__
@@ -97,9 +99,28 @@ struct ModelDims {
 //
 // The partials of a step are [row][query head][chunk] over the step's own chunk count. A row group
 // has at most grid_warps / (n_head_kv × teams) chunks and at most kMaxQueryRowsPerWarp rows, so a
-// step leaves at most kMaxQueryRowsPerWarp × grid_warps / n_head_kv partials a query head (and at
-// least one a row), the bound the runner sizes the buffer by.
+// step leaves at most kMaxQueryRowsPerWarp × grid_warps / (n_head_kv × TeamsPerKvGroup) partials a
+// query head (and at least one a row), the bound the runner sizes the buffer by.
 inline constexpr int kMaxQueryRowsPerWarp = 2;
+// Head dimensions per lane of a warp's output accumulators, rounded up to a power of two (a
+// template argument), and the most heads a team holds: 32 accumulators a lane, at most 8 heads.
+TANDEM_HD constexpr int DimsPerLane(int head_dim) {
+  return head_dim <= 32 ? 1 : head_dim <= 64 ? 2 : head_dim <= 128 ? 4 : 8;
+}
+TANDEM_HD constexpr int HeadsPerWarp(int dims_per_lane) {
+  return dims_per_lane <= 4 ? 8 : 32 / dims_per_lane;
+}
+// The query heads of a team of a KV group of `group` heads (SplitAttention's team paths), and the
+// teams a KV group's heads form there: the fewest (KV group, team) pairs any split has (a one-head
+// warp's split has a team a head).
+TANDEM_HD constexpr int TeamHeads(int group, int head_dim) {
+  const int most = HeadsPerWarp(DimsPerLane(head_dim));
+  return most < group ? most : group;
+}
+TANDEM_HD constexpr int TeamsPerKvGroup(const ModelDims& d) {
+  const int group = d.n_head / d.n_head_kv, heads = TeamHeads(group, d.head_dim);
+  return (group + heads - 1) / heads;
+}
 // The fewest keys a chunk holds. A chunk is one warp's serial work (scores, softmax, value
 // rows), so short contexts want many small chunks: at 512 keys, 16-key chunks (1,024 warps on
 // qwen3-30b-a3b) took the attention phase from 15.9 to 15.1 us a layer and flash-next-125b's

@@ -241,17 +241,67 @@ absl::Status GpuRunner::AllocateState() {
   Scratch& s = scratch_;
   const int conv_dim = hp.is_hybrid() ? d.ssm_conv_dim() : 0;
   const int d_inner = hp.is_hybrid() ? d.ssm_d_inner() : 0;
+
+  // Launch shapes per rows variant (the largest shared-memory need of any phase), first: the
+  // attention partials below are sized by the mixer grids.
+  for (int v = 0; v < kNumRowsVariants; ++v) {
+    const int R = kRowsVariants[v];
+    const int64_t mixer_smem = std::max(
+        {ActSetBytes(R, d.n_embd, true), ActSetBytes(R, d.n_head * d.head_dim, false),
+         hp.is_hybrid() ? ActSetBytes(R, d_inner, true) : int64_t{0},
+         hp.is_hybrid() ? DeltaNetSmemBytes(R, d.ssm_dk, d.ssm_dv, d.ssm_conv_kernel) : int64_t{0},
+         kWarpsPerBlock * kAttentionBytesPerWarp});
+    const int64_t moe_smem =
+        std::max({ActSetBytes(R, d.n_embd, true),
+                  RouteSmemBytes(d.n_expert, R) + ActSetBytes(R, d.n_embd, true) +
+                      (d.n_ff_shexp > 0 ? ActSetBytes(R, d.n_ff_shexp, false) : 0),
+                  ActSetBytes(R * k, d.n_ff_exp, false)});
+    const int64_t head_smem = ActSetBytes(R, d.n_embd, true);
+    const int cap = std::max(1, options_.max_blocks_per_sm);
+    const struct {
+      Half half;
+      const char* name;
+      int64_t smem;
+      LaunchShape* shape;
+    } halves[] = {{Half::kMixer, "mixer", mixer_smem, &mixer_shape_[v]},
+                  {Half::kMoe, "MoE", moe_smem, &moe_shape_[v]},
+                  {Half::kHead, "head", head_smem, &head_shape_[v]}};
+    for (const auto& h : halves) {
+      int64_t limit = 0;
+      TANDEM_CUDA_RETURN_IF_ERROR(MaxDynamicSmem(h.half, R, &limit));
+      if (h.smem > limit) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "--backend cuda: the ", h.name, " kernel for ", R, " rows needs ",
+            (h.smem + 1023) / 1024,
+            " KiB of shared memory a block for this model; this GPU allows ", limit / 1024,
+            " KiB (compute capability 8.0 and newer allow 99 KiB or more)"));
+      }
+      TANDEM_CUDA_RETURN_IF_ERROR(PrepareHalf(h.half, R, h.smem, cap, h.shape));
+    }
+    // DeltaNetConvRule runs a value head on each block, all at once.
+    if (hp.is_hybrid() && mixer_shape_[v].grid < d.ssm_n_v) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("--backend cuda: the DeltaNet layers need a block for each of their ",
+                       d.ssm_n_v, " value heads, and the mixer kernel for ", R, " rows fits ",
+                       mixer_shape_[v].grid, " blocks on this GPU"));
+    }
+  }
+
   s.proj_stride = std::max(d.q_rows() + 2 * d.kv_dim(), conv_dim + d_inner + 2 * d.ssm_n_v);
   s.mix_stride = d.n_head * d.head_dim;
   int device = 0, sms = 0;
   TANDEM_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
   TANDEM_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const uint64_t max_grid = static_cast<uint64_t>(sms) * std::max(1, options_.max_blocks_per_sm);
-  // A step's chunk partials a query head (params.h): at most kMaxQueryRowsPerWarp x the grid's
-  // warps over the KV groups, and at most a chunk per kMinAttentionChunk keys of each row.
+  // A step's chunk partials a query head (params.h): at most kMaxQueryRowsPerWarp x the largest
+  // mixer grid's warps over the (KV group, team) pairs, and at most a chunk per
+  // kMinAttentionChunk keys of each row.
+  int mixer_grid = 0;
+  for (const LaunchShape& shape : mixer_shape_) mixer_grid = std::max(mixer_grid, shape.grid);
   const uint64_t partials_per_head = std::min<uint64_t>(
       uint64_t{B} * ((d.n_ctx + kMinAttentionChunk - 1) / kMinAttentionChunk),
-      std::max<uint64_t>(B, kMaxQueryRowsPerWarp * max_grid * kWarpsPerBlock / d.n_head_kv));
+      std::max<uint64_t>(B, uint64_t{kMaxQueryRowsPerWarp} * mixer_grid * kWarpsPerBlock /
+                                (d.n_head_kv * TeamsPerKvGroup(d))));
   struct {
     float** ptr;
     uint64_t count;
@@ -342,49 +392,6 @@ absl::Status GpuRunner::AllocateState() {
   head_.s = scratch_;
   head_.in = step_dev_;
 
-  // Launch shapes per rows variant: the largest shared-memory need of any phase.
-  for (int v = 0; v < kNumRowsVariants; ++v) {
-    const int R = kRowsVariants[v];
-    const int64_t mixer_smem = std::max(
-        {ActSetBytes(R, d.n_embd, true), ActSetBytes(R, d.n_head * d.head_dim, false),
-         hp.is_hybrid() ? ActSetBytes(R, d_inner, true) : int64_t{0},
-         hp.is_hybrid() ? DeltaNetSmemBytes(R, d.ssm_dk, d.ssm_dv, d.ssm_conv_kernel) : int64_t{0},
-         kWarpsPerBlock * kAttentionBytesPerWarp});
-    const int64_t moe_smem =
-        std::max({ActSetBytes(R, d.n_embd, true),
-                  RouteSmemBytes(d.n_expert, R) + ActSetBytes(R, d.n_embd, true) +
-                      (d.n_ff_shexp > 0 ? ActSetBytes(R, d.n_ff_shexp, false) : 0),
-                  ActSetBytes(R * k, d.n_ff_exp, false)});
-    const int64_t head_smem = ActSetBytes(R, d.n_embd, true);
-    const int cap = std::max(1, options_.max_blocks_per_sm);
-    const struct {
-      Half half;
-      const char* name;
-      int64_t smem;
-      LaunchShape* shape;
-    } halves[] = {{Half::kMixer, "mixer", mixer_smem, &mixer_shape_[v]},
-                  {Half::kMoe, "MoE", moe_smem, &moe_shape_[v]},
-                  {Half::kHead, "head", head_smem, &head_shape_[v]}};
-    for (const auto& h : halves) {
-      int64_t limit = 0;
-      TANDEM_CUDA_RETURN_IF_ERROR(MaxDynamicSmem(h.half, R, &limit));
-      if (h.smem > limit) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "--backend cuda: the ", h.name, " kernel for ", R, " rows needs ",
-            (h.smem + 1023) / 1024,
-            " KiB of shared memory a block for this model; this GPU allows ", limit / 1024,
-            " KiB (compute capability 8.0 and newer allow 99 KiB or more)"));
-      }
-      TANDEM_CUDA_RETURN_IF_ERROR(PrepareHalf(h.half, R, h.smem, cap, h.shape));
-    }
-    // DeltaNetConvRule runs a value head on each block, all at once.
-    if (hp.is_hybrid() && mixer_shape_[v].grid < d.ssm_n_v) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("--backend cuda: the DeltaNet layers need a block for each of their ",
-                       d.ssm_n_v, " value heads, and the mixer kernel for ", R, " rows fits ",
-                       mixer_shape_[v].grid, " blocks on this GPU"));
-    }
-  }
   return Reset();
 }
 

@@ -40,14 +40,6 @@ struct AttentionSplit {
   __device__ __forceinline__ bool team_paths() const { return heads > 1; }
 };
 
-// Head dimensions per lane of a warp's output accumulators, rounded up to a power of two (a
-// template argument), and the most heads a team holds: 32 accumulators a lane, at most 8 heads.
-__host__ __device__ constexpr int DimsPerLane(int head_dim) {
-  return head_dim <= 32 ? 1 : head_dim <= 64 ? 2 : head_dim <= 128 ? 4 : 8;
-}
-__host__ __device__ constexpr int HeadsPerWarp(int dims_per_lane) {
-  return dims_per_lane <= 4 ? 8 : 32 / dims_per_lane;
-}
 // The most step rows a one-head warp serves. Measured on the 4-row attention phase at 512 keys
 // (docs/perf/megakernel.md, session 34): qwen3-30b-a3b (head_dim 128) 25 us a layer with a warp
 // per row, 19 with two rows a warp, 24 with four; flash-next-125b (head_dim 256) 28 with one row,
@@ -64,7 +56,7 @@ __device__ __forceinline__ AttentionSplit SplitAttention(const MixerArgs& A) {
   const int n_keys = A.in->first_pos + B;
   const int key_blocks = (n_keys + 31) / 32;
   AttentionSplit s;
-  s.heads = min(group, HeadsPerWarp(DimsPerLane(D.head_dim)));
+  s.heads = TeamHeads(group, D.head_dim);
   const int team_warps = B * D.n_head_kv * ((group + s.heads - 1) / s.heads) * key_blocks;
   if (!A.force_teams && team_warps < GridWarps() / 2) s.heads = 1;
   s.rows = R > 1 && s.heads == 1 ? min(B, QueryRowsPerWarp(DimsPerLane(D.head_dim))) : 1;
