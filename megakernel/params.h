@@ -59,6 +59,10 @@ struct StepInput {
 
 // A DeltaNet value head's state columns are split over at most this many blocks (DeltaNetConvRule).
 inline constexpr int kMaxDeltaNetHeadParts = 4;
+// Words from one step flag (Scratch::head_ready) or chunk counter (Scratch::chunks_done) to the
+// next: a 128-byte line each, so that the warps polling or counting different ones meet in
+// different L2 slices instead of queueing at the one slice of a shared line.
+inline constexpr int kFlagStride = 32;
 
 struct ModelDims {
   int32_t n_layer = 0, n_embd = 0, n_vocab = 0, n_ctx = 0;
@@ -146,13 +150,14 @@ struct Scratch {
   float* exp_act = nullptr;   // [B*k][n_ff_exp] silu(gate) * up per (expert, row) pair
   float* exp_out = nullptr;   // [B*k][n_embd] down projection per pair
   int32_t* routes = nullptr;  // RouteTable (see moe.cuh), written by block 0
-  // [n_layer][kMaxRows][step_flags_per_row()]: StepInput::seq once a row's key and value head is
-  // normed, roped and appended (or, for the team paths, a query head normed and roped) in that
-  // layer's attention phase, or, in a DeltaNet layer's conv + delta-rule phase, once a value head's
-  // block has read its key head's conv state (row 0).
+  // [n_layer][kMaxRows][step_flags_per_row()], kFlagStride words apart: StepInput::seq once a row's
+  // key and value head is normed, roped and appended (or, for the team paths, a query head normed
+  // and roped) in that layer's attention phase, or, in a DeltaNet layer's conv + delta-rule phase,
+  // once a value head's block has read its key head's conv state (row 0).
   uint32_t* head_ready = nullptr;
-  // [kMaxRows][n_head]: key chunks of the running attention layer whose partials are written
-  // (release increments); the output-projection phase zeroes them for the next layer.
+  // [kMaxRows][n_head], kFlagStride words apart: key chunks of the running attention layer whose
+  // partials are written (release increments); the output-projection phase zeroes them for the next
+  // layer.
   uint32_t* chunks_done = nullptr;
   int32_t* route_ids = nullptr;  // [B][n_layer][k] chosen experts (for routing logs)
   float* route_weights = nullptr;  // [B][n_layer][k]

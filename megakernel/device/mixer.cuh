@@ -125,7 +125,8 @@ __device__ void MixerProjections(const MixerArgs& A, uint8_t* smem) {
 // before it waits on any, so the waits end.
 __device__ __forceinline__ uint32_t* HeadFlag(const MixerArgs& A, int row, int head) {
   const int per_row = A.dims.step_flags_per_row();
-  return A.s.head_ready + (static_cast<int64_t>(A.layer) * kMaxRows + row) * per_row + head;
+  return A.s.head_ready +
+         ((static_cast<int64_t>(A.layer) * kMaxRows + row) * per_row + head) * kFlagStride;
 }
 
 // Lane 0 after the warp's writes: the warp barrier orders the lanes' writes before lane 0's
@@ -174,13 +175,14 @@ __device__ __forceinline__ void WaitNewKeys(const MixerArgs& A, int r, int g, in
 // chunk to score) wait for the count with acquire loads. A warp finishes its chunks before it
 // merges, so these waits end too.
 __device__ __forceinline__ uint32_t* ChunksDone(const MixerArgs& A, int row, int head) {
-  return A.s.chunks_done + row * A.dims.n_head + head;
+  return A.s.chunks_done + (row * A.dims.n_head + head) * kFlagStride;
 }
 
 // After the warp's partials of n (row, head) pairs (n ≤ 32), the i-th's counter at
-// first[i * stride] (ChunksDone: stride 1 over heads, n_head over rows): lane i's release
-// increment for the i-th, all at once. Lane 0 making them one after another cost a device-scope
-// fence and a round trip each, eight per team item (qwen3-30b-a3b at 16k keys, 2026-11-30).
+// first[i * stride] (ChunksDone: stride kFlagStride over heads, n_head · kFlagStride over rows):
+// lane i's release increment for the i-th, all at once. Lane 0 making them one after another cost a
+// device-scope fence and a round trip each, eight per team item (qwen3-30b-a3b at 16k keys,
+// 2026-11-30).
 __device__ __forceinline__ void PublishChunks(uint32_t* first, int stride, int n) {
   __syncwarp();
   if (Lane() >= n) return;
@@ -308,7 +310,7 @@ __device__ __forceinline__ void StageQueries(const MixerArgs& A, int r, int h0, 
                                              int stride, float* q_smem) {
   const int hd = A.dims.head_dim;
   const int q_stride = A.dims.q_head_stride();
-  WaitCounts(HeadFlag(A, r, A.dims.n_head_kv + h0), 1, n, A.in->seq);
+  WaitCounts(HeadFlag(A, r, A.dims.n_head_kv + h0), kFlagStride, n, A.in->seq);
   const float* q = A.s.proj + static_cast<int64_t>(r) * A.s.proj_stride + h0 * q_stride;
   __syncwarp();  // the previous item's reads are done
   for (int h = 0; h < slots; ++h) {
@@ -490,7 +492,7 @@ __device__ void AttentionHeadPartials(const MixerArgs& A, const AttentionSplit& 
     for (int i = 0; i < kRows; ++i) {
       if (i < n_rows) WritePartial(A, S.n_chunks, r0 + i, h, c, m[i], l[i], o[i]);
     }
-    PublishChunks(ChunksDone(A, r0, h), nh, n_rows);
+    PublishChunks(ChunksDone(A, r0, h), nh * kFlagStride, n_rows);
   }
 }
 
@@ -599,7 +601,7 @@ __device__ void AttentionTeamPartials(const MixerArgs& A, const AttentionSplit& 
       const float l_sum = WarpSum(l[h]);
       if (h < n_heads) WritePartial(A, S.n_chunks, r, h0 + h, c, m[h], l_sum, o[h]);
     }
-    PublishChunks(ChunksDone(A, r, h0), 1, n_heads);
+    PublishChunks(ChunksDone(A, r, h0), kFlagStride, n_heads);
   }
 }
 
@@ -739,7 +741,7 @@ __device__ __noinline__ void AttentionTeamPartialsLanesOverDims(const MixerArgs&
       const float l_h = __shfl_sync(kFullMask, l_lane, h);
       if (h < n_heads) WritePartial(A, S.n_chunks, r, h0 + h, c, m_h, l_h, o[h]);
     }
-    PublishChunks(ChunksDone(A, r, h0), 1, n_heads);
+    PublishChunks(ChunksDone(A, r, h0), kFlagStride, n_heads);
   }
 }
 
@@ -856,7 +858,7 @@ __device__ void AttentionOutput(const MixerArgs& A, uint8_t* smem) {
   const int B = A.in->n_rows, cols = D.n_head * D.head_dim;
   for (int i = blockIdx.x * kBlockThreads + threadIdx.x; i < B * D.n_head;
        i += gridDim.x * kBlockThreads) {
-    A.s.chunks_done[i] = 0;
+    A.s.chunks_done[i * kFlagStride] = 0;
   }
   uint8_t* cursor = smem;
   float* unused;

@@ -124,7 +124,8 @@ __device__ void MixerOpBody(const MixerArgs& A, MixerOp op, int arg, uint8_t* sm
     case MixerOp::kOutQuantize:
       if (!A.recurrent) {
         // Every merge is done (the previous launch), as in AttentionOutput.
-        for (int i = threadIdx.x; i < B * D.n_head; i += kBlockThreads) A.s.chunks_done[i] = 0;
+        for (int i = threadIdx.x; i < B * D.n_head; i += kBlockThreads)
+          A.s.chunks_done[i * kFlagStride] = 0;
       }
       QuantizeActs(MixerOutActs(A, B), B);
       break;
