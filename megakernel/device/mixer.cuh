@@ -138,22 +138,27 @@ __device__ __forceinline__ void PublishHead(uint32_t* flag, uint32_t seq) {
                                                                      cuda::memory_order_release);
 }
 
-// Lanes 0 .. n - 1 (n ≤ 32) wait (acquire, device scope) until first[lane * stride] == want (a
-// head's flag holding this step's number, a head's chunk count), backing off between loads, and
-// the warp barrier then orders the other lanes' reads after theirs. The words are polled at once,
-// a lane each: one after another, a team item's eight query flags cost a round trip each even once
-// all were set (10 us of waiting a qwen3-30b-a3b item at 16k keys; docs/perf/megakernel.md,
-// session 42). One lane a word: a merging warp may wait for most of the phase, and 32 lanes
-// loading without pause slowed the key and value streams of the other warps (qwen3-30b-a3b at 16k
-// keys, 2026-11-30).
+// Lanes 0 .. n - 1 (n ≤ 32) wait until first[lane * stride] == want (a head's flag holding this
+// step's number, a head's chunk count), backing off between loads, then load the word once more
+// with acquire (device scope), and the warp barrier orders the other lanes' reads after theirs.
+// - The words are polled at once, a lane each: one after another, a team item's eight query flags
+//   cost a round trip each even once all were set (10 us of waiting a qwen3-30b-a3b item at 16k
+//   keys; docs/perf/megakernel.md, session 42).
+// - One lane a word: a merging warp may wait for most of the phase, and 32 lanes loading without
+//   pause slowed the key and value streams of the other warps (qwen3-30b-a3b at 16k keys,
+//   2026-11-30).
+// - The polls are relaxed: an acquire load empties the multiprocessor's L1 (CCTL.IVALL) for every
+//   warp on it, and at 16k keys 2,052 team items poll their query flags for 8 us. Relaxed polls
+//   took qwen3-30b-a3b's attention phase from 50.6 to 49.5 us a layer at 16k keys (session 43).
 __device__ __forceinline__ void WaitCounts(uint32_t* first, int stride, int n, uint32_t want) {
   if (Lane() < n) {
     cuda::atomic_ref<uint32_t, cuda::thread_scope_device> w(first[Lane() * stride]);
-    while (w.load(cuda::memory_order_acquire) != want) {
+    while (w.load(cuda::memory_order_relaxed) != want) {
 #if __CUDA_ARCH__ >= 700
       __nanosleep(64);
 #endif
     }
+    (void)w.load(cuda::memory_order_acquire);  // `want` again (words only grow in a phase)
   }
   __syncwarp();
 }
