@@ -222,33 +222,49 @@ __device__ __forceinline__ void NormRopeHead(const ModelDims& D, const float* sr
   __syncwarp();
 }
 
-// The step's heads, each normed and roped in place and its flag published: the key heads
-// (HeadFlag index = the KV head; appended with their value heads to the caches), then, where
-// `queries`, the query heads (index n_head_kv + head). Queries are normed here only for the team
-// paths (long contexts), where every head is read by many chunks; a one-head chunk norms its own
-// query from the raw projection (NormQuery), which took the wait for a flag out of each short
-// item (+1.7% on qwen3-30b-a3b at 512 keys), where a team item norming up to 8 heads for each of
-// its chunks lengthened the phase by 11 us at 16k (docs/perf/megakernel.md, session 30).
-__device__ inline void NormRopeHeads(const MixerArgs& A, bool queries) {
+// The step's heads, each normed and roped in this warp's shared-memory slice and its flag
+// published: the key heads (HeadFlag index = the KV head; appended with their value heads to the
+// caches), then, where `queries`, the query heads (index n_head_kv + head; stored back in place).
+// Queries are normed here only for the team paths (long contexts), where every head is read by many
+// chunks; a one-head chunk norms its own query from the raw projection (NormQuery), which took the
+// wait for a flag out of each short item (+1.7% on qwen3-30b-a3b at 512 keys), where a team item
+// norming up to 8 heads for each of its chunks lengthened the phase by 11 us at 16k
+// (docs/perf/megakernel.md, session 30).
+__device__ inline void NormRopeHeads(const MixerArgs& A, bool queries, uint8_t* smem) {
+  constexpr int kBatch = 4;  // loads a lane issues before its stores (hd / 128 round trips)
   const ModelDims& D = A.dims;
   const int B = A.in->n_rows, hd = D.head_dim, n_kv = D.n_head_kv;
   const int q_stride = D.q_head_stride();
   const int per_row = n_kv + (queries ? D.n_head : 0);
+  float* head = reinterpret_cast<float*>(smem + Warp() * kAttentionBytesPerWarp);
   for (int it = GlobalWarp(); it < B * per_row; it += GridWarps()) {
     const int r = it / per_row, i = it % per_row;
     const int pos = A.in->first_pos + r;
     float* row = A.s.proj + static_cast<int64_t>(r) * A.s.proj_stride;
+    __syncwarp();  // the previous head's reads of `head` are done
     if (i >= n_kv) {
       float* q = row + (i - n_kv) * q_stride;
-      NormRopeHead(D, q, q, A.att.q_norm, pos);
+      NormRopeHead(D, q, head, A.att.q_norm, pos);
+      for (int d = Lane(); d < hd; d += 32) q[d] = head[d];
     } else {
-      float* k = row + D.q_rows() + i * hd;
-      NormRopeHead(D, k, k, A.att.k_norm, pos);
+      NormRopeHead(D, row + D.q_rows() + i * hd, head, A.att.k_norm, pos);
       const int64_t at = static_cast<int64_t>(pos) * D.kv_dim() + i * hd;
       const float* v = row + D.q_rows() + D.kv_dim() + i * hd;
-      for (int d = Lane(); d < hd; d += 32) {
-        A.att.k_cache[at + d] = k[d];
-        A.att.v_cache[at + d] = v[d];
+      for (int d0 = 0; d0 < hd; d0 += 32 * kBatch) {
+        float vb[kBatch];
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+          const int d = d0 + 32 * b + Lane();
+          vb[b] = d < hd ? v[d] : 0.0f;
+        }
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+          const int d = d0 + 32 * b + Lane();
+          if (d < hd) {
+            A.att.k_cache[at + d] = head[d];
+            A.att.v_cache[at + d] = vb[b];
+          }
+        }
       }
     }
     PublishHead(HeadFlag(A, r, i), A.in->seq);
@@ -779,7 +795,7 @@ __device__ inline void AttentionChunks(const MixerArgs& A, const AttentionSplit&
 template <int R>
 __device__ inline void AttentionPartials(const MixerArgs& A, uint8_t* smem) {
   const AttentionSplit S = SplitAttention<R>(A);
-  NormRopeHeads(A, S.team_paths());
+  NormRopeHeads(A, S.team_paths(), smem);
   AttentionChunks<R>(A, S, smem);
 }
 

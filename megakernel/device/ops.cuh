@@ -104,7 +104,7 @@ __device__ void MixerOpBody(const MixerArgs& A, MixerOp op, int arg, uint8_t* sm
       break;
     }
     case MixerOp::kNormRope:
-      NormRopeHeads(A, SplitAttention<R>(A).team_paths());
+      NormRopeHeads(A, SplitAttention<R>(A).team_paths(), smem);
       break;
     case MixerOp::kAttention:
       AttentionChunks<R>(A, SplitAttention<R>(A), smem);
