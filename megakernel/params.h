@@ -88,10 +88,14 @@ struct ModelDims {
   TANDEM_MEMBER_HD int32_t q_head_stride() const { return head_dim * (gated_attention ? 2 : 1); }
   TANDEM_MEMBER_HD int32_t q_rows() const { return n_head * q_head_stride(); }
   TANDEM_MEMBER_HD int32_t kv_dim() const { return n_head_kv * head_dim; }
-  // Step flags per row and layer (Scratch::head_ready): an attention layer's KV heads, then its
-  // query heads, or (row 0 only) a DeltaNet layer's value-head parts.
-  TANDEM_MEMBER_HD int32_t step_flags_per_row() const {
-    const int32_t attention = n_head_kv + n_head, deltanet = ssm_n_v * kMaxDeltaNetHeadParts;
+  // Step flags (Scratch::head_ready) an attention layer has for each row: its KV heads, then its
+  // query heads.
+  TANDEM_MEMBER_HD int32_t step_flags_per_row() const { return n_head_kv + n_head; }
+  // Step flags per layer: an attention layer's for kMaxRows rows, or a DeltaNet layer's, one per
+  // value-head part (the conv + rule phase has no rows in its flags).
+  TANDEM_MEMBER_HD int32_t step_flags_per_layer() const {
+    const int32_t attention = kMaxRows * step_flags_per_row();
+    const int32_t deltanet = ssm_n_v * kMaxDeltaNetHeadParts;
     return attention > deltanet ? attention : deltanet;
   }
 };
@@ -153,10 +157,10 @@ struct Scratch {
   float* exp_act = nullptr;   // [B*k][n_ff_exp] silu(gate) * up per (expert, row) pair
   float* exp_out = nullptr;   // [B*k][n_embd] down projection per pair
   int32_t* routes = nullptr;  // RouteTable (see moe.cuh), written by block 0
-  // [n_layer][kMaxRows][step_flags_per_row()], kFlagStride words apart: StepInput::seq once a row's
-  // key and value head is normed, roped and appended (or, for the team paths, a query head normed
-  // and roped) in that layer's attention phase, or, in a DeltaNet layer's conv + delta-rule phase,
-  // once a value head's block has read its key head's conv state (row 0).
+  // [n_layer][step_flags_per_layer()], kFlagStride words apart: StepInput::seq once a row's key and
+  // value head is normed, roped and appended (or, for the team paths, a query head normed and
+  // roped) in that layer's attention phase ([kMaxRows][step_flags_per_row()]), or, in a DeltaNet
+  // layer's conv + delta-rule phase, once a value head's block has read its key head's conv state.
   uint32_t* head_ready = nullptr;
   // [kMaxRows][n_head], kFlagStride words apart: key chunks of the running attention layer whose
   // partials are written (release increments); the output-projection phase zeroes them for the next

@@ -289,10 +289,10 @@ absl::Status GpuRunner::AllocateState() {
 
   s.proj_stride = std::max(d.q_rows() + 2 * d.kv_dim(), conv_dim + d_inner + 2 * d.ssm_n_v);
   s.mix_stride = d.n_head * d.head_dim;
-  int device = 0, sms = 0;
-  TANDEM_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
-  TANDEM_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const uint64_t max_grid = static_cast<uint64_t>(sms) * std::max(1, options_.max_blocks_per_sm);
+  // The head's argmax keeps a (value, index) per block and row: every mode launches the head on
+  // its prepared grid.
+  int head_grid = 0;
+  for (const LaunchShape& shape : head_shape_) head_grid = std::max(head_grid, shape.grid);
   // A step's chunk partials a query head (params.h): at most kMaxQueryRowsPerWarp x the largest
   // mixer grid's warps over the (KV group, team) pairs, and at most a chunk per
   // kMinAttentionChunk keys of each row.
@@ -321,7 +321,7 @@ absl::Status GpuRunner::AllocateState() {
       {&s.exp_out, uint64_t{B} * k * d.n_embd, "expert outputs"},
       {&s.route_weights, uint64_t{B} * d.n_layer * k, "routes"},
       {&s.logits, uint64_t{B} * d.n_vocab, "logits"},
-      {&s.best, max_grid * kMaxRows * 2, "argmax"},
+      {&s.best, static_cast<uint64_t>(head_grid) * kMaxRows * 2, "argmax"},
   };
   for (auto& f : f32s) {
     *f.ptr = AllocF32(f.count, &vram_.scratch);
@@ -343,7 +343,7 @@ absl::Status GpuRunner::AllocateState() {
   s.argmax = reinterpret_cast<int32_t*>(AllocBytes(uint64_t{B} * 4, &vram_.scratch));
   step_dev_ = reinterpret_cast<StepInput*>(AllocBytes(sizeof(StepInput), &vram_.scratch));
   const uint64_t flag_bytes =
-      uint64_t{4} * kFlagStride * d.n_layer * kMaxRows * d.step_flags_per_row();
+      uint64_t{4} * kFlagStride * d.n_layer * d.step_flags_per_layer();
   s.head_ready = reinterpret_cast<uint32_t*>(AllocBytes(flag_bytes, &vram_.scratch));
   const uint64_t chunk_count_bytes = uint64_t{4} * kFlagStride * kMaxRows * d.n_head;
   s.chunks_done = reinterpret_cast<uint32_t*>(AllocBytes(chunk_count_bytes, &vram_.scratch));

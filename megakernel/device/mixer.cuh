@@ -123,10 +123,12 @@ __device__ void MixerProjections(const MixerArgs& A, uint8_t* smem) {
 // its flag. The flag holds the step's number: positions repeat after a rejected draft, step
 // numbers do not. Every block is resident in both launch modes, and a warp finishes its heads
 // before it waits on any, so the waits end.
-__device__ __forceinline__ uint32_t* HeadFlag(const MixerArgs& A, int row, int head) {
-  const int per_row = A.dims.step_flags_per_row();
+__device__ __forceinline__ uint32_t* StepFlag(const MixerArgs& A, int i) {
   return A.s.head_ready +
-         ((static_cast<int64_t>(A.layer) * kMaxRows + row) * per_row + head) * kFlagStride;
+         (static_cast<int64_t>(A.layer) * A.dims.step_flags_per_layer() + i) * kFlagStride;
+}
+__device__ __forceinline__ uint32_t* HeadFlag(const MixerArgs& A, int row, int head) {
+  return StepFlag(A, row * A.dims.step_flags_per_row() + head);
 }
 
 // Lane 0 after the warp's writes: the warp barrier orders the lanes' writes before lane 0's
@@ -183,15 +185,16 @@ __device__ __forceinline__ uint32_t* ChunksDone(const MixerArgs& A, int row, int
   return A.s.chunks_done + (row * A.dims.n_head + head) * kFlagStride;
 }
 
-// After the warp's partials of n (row, head) pairs (n ≤ 32), the i-th's counter at
-// first[i * stride] (ChunksDone: stride kFlagStride over heads, n_head · kFlagStride over rows):
-// lane i's release increment for the i-th, all at once. Lane 0 making them one after another cost a
-// device-scope fence and a round trip each, eight per team item (qwen3-30b-a3b at 16k keys,
-// 2026-11-30).
-__device__ __forceinline__ void PublishChunks(uint32_t* first, int stride, int n) {
+// After the warp's partials of n (row, head) pairs (n ≤ 32), the i-th being (r + i * dr, h + i *
+// dh): lane i's release increment of the i-th's counter, all at once. Lane 0 making them one after
+// another cost a device-scope fence and a round trip each, eight per team item (qwen3-30b-a3b at
+// 16k keys, 2026-11-30).
+__device__ __forceinline__ void PublishChunks(const MixerArgs& A, int r, int h, int dr, int dh,
+                                              int n) {
   __syncwarp();
   if (Lane() >= n) return;
-  cuda::atomic_ref<uint32_t, cuda::thread_scope_device>(first[Lane() * stride])
+  cuda::atomic_ref<uint32_t, cuda::thread_scope_device>(
+      *ChunksDone(A, r + Lane() * dr, h + Lane() * dh))
       .fetch_add(1, cuda::memory_order_release);
 }
 
@@ -362,14 +365,20 @@ __device__ __forceinline__ void LoadValueRows(const float* v_base, int kv_dim, i
   }
 }
 
-// Chunk c of n_chunks (the split's): the partial of (row r, head h): max m, sum l (lane 0), the
-// unnormalised output o.
+// The partial of (row r, head h) from chunk c of n_chunks (the split's): kAttnPartHeader + head_dim
+// floats (params.h), a head's chunks one after another.
+__device__ __forceinline__ float* PartialOf(const MixerArgs& A, int n_chunks, int r, int h, int c) {
+  return A.s.attn_part + ((static_cast<int64_t>(r) * A.dims.n_head + h) * n_chunks + c) *
+                             (kAttnPartHeader + A.dims.head_dim);
+}
+
+// Chunk c of n_chunks: the partial of (row r, head h): max m, sum l (lane 0), the unnormalised
+// output o.
 template <int PL>
 __device__ __forceinline__ void WritePartial(const MixerArgs& A, int n_chunks, int r, int h, int c,
                                              float m, float l, const float (&o)[PL]) {
-  const int hd = A.dims.head_dim, per_lane = hd / 32;
-  float* part = A.s.attn_part + ((static_cast<int64_t>(r) * A.dims.n_head + h) * n_chunks + c) *
-                                    (kAttnPartHeader + hd);
+  const int per_lane = A.dims.head_dim / 32;
+  float* part = PartialOf(A, n_chunks, r, h, c);
   if (Lane() == 0) {
     part[0] = m;
     part[1] = l;
@@ -513,7 +522,7 @@ __device__ void AttentionHeadPartials(const MixerArgs& A, const AttentionSplit& 
     for (int i = 0; i < kRows; ++i) {
       if (i < n_rows) WritePartial(A, S.n_chunks, r0 + i, h, c, m[i], l[i], o[i]);
     }
-    PublishChunks(ChunksDone(A, r0, h), nh * kFlagStride, n_rows);
+    PublishChunks(A, r0, h, 1, 0, n_rows);
   }
 }
 
@@ -622,7 +631,7 @@ __device__ void AttentionTeamPartials(const MixerArgs& A, const AttentionSplit& 
       const float l_sum = WarpSum(l[h]);
       if (h < n_heads) WritePartial(A, S.n_chunks, r, h0 + h, c, m[h], l_sum, o[h]);
     }
-    PublishChunks(ChunksDone(A, r, h0), kFlagStride, n_heads);
+    PublishChunks(A, r, h0, 0, 1, n_heads);
   }
 }
 
@@ -762,7 +771,7 @@ __device__ __noinline__ void AttentionTeamPartialsLanesOverDims(const MixerArgs&
       const float l_h = __shfl_sync(kFullMask, l_lane, h);
       if (h < n_heads) WritePartial(A, S.n_chunks, r, h0 + h, c, m_h, l_h, o[h]);
     }
-    PublishChunks(ChunksDone(A, r, h0), kFlagStride, n_heads);
+    PublishChunks(A, r, h0, 0, 1, n_heads);
   }
 }
 
@@ -845,7 +854,7 @@ __device__ inline void AttentionCombine(const MixerArgs& A) {
   for (int it = GridWarps() - 1 - GlobalWarp(); it < B * nh * parts; it += GridWarps()) {
     const int part = it % parts, h = (it / parts) % nh, r = it / (parts * nh);
     WaitCounts(ChunksDone(A, r, h), 0, 1, static_cast<uint32_t>(n_chunks));
-    const float* chunks = A.s.attn_part + (static_cast<int64_t>(r) * nh + h) * n_chunks * part_len;
+    const float* chunks = PartialOf(A, n_chunks, r, h, 0);
     float m = -INFINITY, l = 0, acc[32];
 #pragma unroll
     for (int i = 0; i < 32; ++i) acc[i] = 0;
@@ -915,7 +924,7 @@ __device__ void AttentionOutput(const MixerArgs& A, uint8_t* smem) {
 //
 // The rr value heads of a key head all read its q and k channels' conv state; the last of them in
 // index order (KeyGroupMember) writes it, once the others' blocks have flagged that they have read
-// it (HeadFlag(A, 0, part · n_v + j), release after the block barrier that follows their reads);
+// it (StepFlag(A, part · n_v + j), release after the block barrier that follows their reads);
 // so do the other parts' blocks of all of them. Every block is resident and the readers publish
 // before they wait on anything, so the wait ends. (Waited for after the rule instead, so that the
 // writer's rows would not wait for the group's slowest conv, the phase got 1.8 us longer at one
@@ -1072,19 +1081,21 @@ __device__ inline void DeltaNetConvRule(const MixerArgs& A, uint8_t* smem) {
   if (!writes_keys) {
     // This block's reads of the key head's conv state are done (the barrier above).
     if (threadIdx.x == 0) {
-      cuda::atomic_ref<uint32_t, cuda::thread_scope_device>(*HeadFlag(A, 0, part * n_v + j))
+      cuda::atomic_ref<uint32_t, cuda::thread_scope_device>(*StepFlag(A, part * n_v + j))
           .store(A.in->seq, cuda::memory_order_release);
     }
   } else if (Warp() == 0) {
     for (int i = Lane(); i < rr * parts - 1; i += 32) {  // every other block of the key head
       const int b = i < rr - 1 ? i : i + 1;  // part b / rr of member b % rr, skipping this block
       const int reader = b / rr * n_v + KeyGroupMember(D, kh, b % rr);
-      cuda::atomic_ref<uint32_t, cuda::thread_scope_device> w(*HeadFlag(A, 0, reader));
-      while (w.load(cuda::memory_order_acquire) != A.in->seq) {
+      // Relaxed polls, then one acquire load, as WaitCounts (an acquire load empties the L1).
+      cuda::atomic_ref<uint32_t, cuda::thread_scope_device> w(*StepFlag(A, reader));
+      while (w.load(cuda::memory_order_relaxed) != A.in->seq) {
 #if __CUDA_ARCH__ >= 700
         __nanosleep(64);
 #endif
       }
+      (void)w.load(cuda::memory_order_acquire);
     }
     __syncwarp();
   }
