@@ -186,8 +186,10 @@ struct AttentionLayer {
   Matrix wq, wk, wv, wo;
   const float* q_norm = nullptr;
   const float* k_norm = nullptr;
-  float* k_cache = nullptr;  // [n_ctx][kv_dim]
-  float* v_cache = nullptr;
+  // [n_ctx][kv_dim] of float, or of __half where f16_cache (RunnerOptions::f16_kv_cache).
+  void* k_cache = nullptr;
+  void* v_cache = nullptr;
+  int32_t f16_cache = 0;
 };
 
 struct DeltaNetLayer {

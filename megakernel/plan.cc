@@ -104,14 +104,15 @@ uint64_t DeviceBytes(const format::TensorInfo& t) {
   return static_cast<uint64_t>(DeviceRowBytes(static_cast<int>(t.type), t.dims[0]) * t.rows());
 }
 
-VramPlan PlanVram(const model::Model& model, const ModelDims& dims, int n_ctx) {
+VramPlan PlanVram(const model::Model& model, const ModelDims& dims, int n_ctx, bool f16_kv_cache) {
   const model::HParams& hp = model.hparams();
   VramPlan plan;
   for (const format::TensorInfo& t : model.tensors()) {
     if (UsedByForward(t, hp)) plan.weights += DeviceBytes(t) + kAllocationSlack;
   }
-  const uint64_t cache_per_attention = 2 * (uint64_t{static_cast<uint32_t>(n_ctx)} *
-                                                dims.kv_dim() * 4 + kAllocationSlack);
+  const uint64_t cache_per_attention =
+      2 * (uint64_t{static_cast<uint32_t>(n_ctx)} * dims.kv_dim() * (f16_kv_cache ? 2 : 4) +
+           kAllocationSlack);
   for (int il = 0; il < hp.n_layer; ++il) {
     if (hp.IsRecurrentLayer(il)) {
       // Live state plus kMaxRows - 1 snapshots, conv and delta rule.
@@ -130,13 +131,14 @@ VramPlan PlanVram(const model::Model& model, const ModelDims& dims, int n_ctx) {
 absl::Status CheckBudget(const VramPlan& plan, uint64_t budget, const std::string& source,
                          int n_ctx) {
   if (budget == 0 || plan.total() <= budget) return absl::OkStatus();
-  return absl::ResourceExhaustedError(absl::StrCat(
-      source, ": the CUDA backend keeps every weight on the card and needs ",
-      FormatBytes(plan.total()), " (weights ", FormatBytes(plan.weights), ", caches and states ",
-      FormatBytes(plan.caches), " at context ", n_ctx, ") plus scratch, over the VRAM budget of ",
-      FormatBytes(budget),
-      "; raise --vram-budget, lower --ctx, or use --backend cpu (experts in host RAM on the GPU "
-      "path are not built yet)"));
+  return absl::ResourceExhaustedError(
+      absl::StrCat(source, ": the CUDA backend keeps every weight on the card and needs ",
+                   FormatBytes(plan.total()), " (weights ", FormatBytes(plan.weights),
+                   ", caches and states ", FormatBytes(plan.caches), " at context ", n_ctx,
+                   ") plus scratch, over the VRAM budget of ", FormatBytes(budget),
+                   "; raise --vram-budget, lower --ctx, use --cache-type f16, or use --backend cpu "
+                   "(experts in host RAM on the GPU "
+                   "path are not built yet)"));
 }
 
 }  // namespace tandem::megakernel

@@ -39,8 +39,9 @@ struct VramPlan {
   uint64_t total() const { return weights + caches; }
 };
 
-// Bytes of weights and caches at context n_ctx (scratch comes on top and is small).
-VramPlan PlanVram(const model::Model& model, const ModelDims& dims, int n_ctx);
+// Bytes of weights and caches at context n_ctx, the KV caches in f16 or f32 (scratch comes on top
+// and is small).
+VramPlan PlanVram(const model::Model& model, const ModelDims& dims, int n_ctx, bool f16_kv_cache);
 
 // OK when `plan` fits `budget` (0: no limit), else an error that says how much is needed.
 absl::Status CheckBudget(const VramPlan& plan, uint64_t budget, const std::string& source,

@@ -63,7 +63,7 @@ absl::StatusOr<std::unique_ptr<GpuRunner>> GpuRunner::Create(const model::Model&
   TANDEM_ASSIGN_OR_RETURN(runner->dims_, DimsForModel(model, options.n_ctx));
   TANDEM_RETURN_IF_ERROR(CheckTensors(model));
   // The budget covers weights, caches and states (checked again with scratch once allocated).
-  const VramPlan plan = PlanVram(model, runner->dims_, options.n_ctx);
+  const VramPlan plan = PlanVram(model, runner->dims_, options.n_ctx, options.f16_kv_cache);
   TANDEM_RETURN_IF_ERROR(CheckBudget(plan, options.vram_budget, model.source(), options.n_ctx));
   TANDEM_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&runner->stream_, cudaStreamNonBlocking));
   TANDEM_CUDA_RETURN_IF_ERROR(cudaMallocHost(&runner->step_host_, sizeof(StepInput)));
@@ -369,8 +369,11 @@ absl::Status GpuRunner::AllocateState() {
         return oom("DeltaNet state");
       }
     } else {
-      mx.att.k_cache = AllocF32(uint64_t{static_cast<uint32_t>(d.n_ctx)} * d.kv_dim(), &vram_.kv_cache);
-      mx.att.v_cache = AllocF32(uint64_t{static_cast<uint32_t>(d.n_ctx)} * d.kv_dim(), &vram_.kv_cache);
+      const uint64_t cache_bytes =
+          uint64_t{static_cast<uint32_t>(d.n_ctx)} * d.kv_dim() * (options_.f16_kv_cache ? 2 : 4);
+      mx.att.f16_cache = options_.f16_kv_cache ? 1 : 0;
+      mx.att.k_cache = AllocBytes(cache_bytes, &vram_.kv_cache);
+      mx.att.v_cache = AllocBytes(cache_bytes, &vram_.kv_cache);
       if (mx.att.k_cache == nullptr || mx.att.v_cache == nullptr) return oom("KV cache");
     }
   }

@@ -29,6 +29,9 @@ struct RunnerOptions {
   // Attention warps serve a team of one KV group's query heads once the keys fill the grid, one
   // head each before; true uses teams at every context (tests cover both paths with it).
   bool force_attention_teams = false;
+  // The attention layers' KV cache in f16 (keys and values rounded to nearest as they are
+  // stored; half the bytes), instead of f32.
+  bool f16_kv_cache = false;
   std::function<void(uint64_t done, uint64_t total)> progress;  // weight upload
 };
 

@@ -115,6 +115,34 @@ __device__ void MixerProjections(const MixerArgs& A, uint8_t* smem) {
   RunJobs<R>(Plan().job, n);
 }
 
+// KV cache elements (AttentionLayer::f16_cache): float, or __half rounded to nearest as they are
+// stored (the reference rounds the same way: SequenceState::f16_kv_cache). Reads are streaming
+// (LoadStreaming); LoadKv4 reads 4 consecutive elements of a 16-byte (f32) or 8-byte (f16)
+// aligned group.
+__device__ __forceinline__ float LoadKv(const float* p) { return LoadStreaming(p); }
+__device__ __forceinline__ float LoadKv(const __half* p) {
+  return __half2float(__ushort_as_half(LoadStreaming(reinterpret_cast<const unsigned short*>(p))));
+}
+__device__ __forceinline__ float4 LoadKv4(const float* p) {
+  return LoadStreaming(reinterpret_cast<const float4*>(p));
+}
+__device__ __forceinline__ float4 LoadKv4(const __half* p) {
+  const uint2 u = LoadStreaming(reinterpret_cast<const uint2*>(p));
+  const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&u.x));
+  const float2 hi = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
+  return make_float4(lo.x, lo.y, hi.x, hi.y);
+}
+// Element i of both caches: key k, value v.
+__device__ __forceinline__ void StoreKv(const AttentionLayer& att, int64_t i, float k, float v) {
+  if (att.f16_cache) {
+    static_cast<__half*>(att.k_cache)[i] = __float2half_rn(k);
+    static_cast<__half*>(att.v_cache)[i] = __float2half_rn(v);
+  } else {
+    static_cast<float*>(att.k_cache)[i] = k;
+    static_cast<float*>(att.v_cache)[i] = v;
+  }
+}
+
 // The step's new key heads (and, for the team paths, its query heads) are normed and roped inside
 // the attention phase, not in a phase of their own (that phase and its grid barrier cost 6.5 us
 // per attention layer on qwen3-30b-a3b at 512 keys, 2026-11-30). The first warps of the phase take
@@ -264,8 +292,7 @@ __device__ inline void NormRopeHeads(const MixerArgs& A, bool queries, uint8_t* 
         for (int b = 0; b < kBatch; ++b) {
           const int d = d0 + 32 * b + Lane();
           if (d < hd) {
-            A.att.k_cache[at + d] = head[d];
-            A.att.v_cache[at + d] = vb[b];
+            StoreKv(A.att, at + d, head[d], vb[b]);
           }
         }
       }
@@ -351,16 +378,16 @@ __device__ __forceinline__ void StageQueries(const MixerArgs& A, int r, int h0, 
 // phase timeline 2026-11-29). Keys past the step load its last key again (a valid row); the
 // caller weighs them with 0. Loaded as streaming (LoadStreaming): the cache is read once per step
 // in the team path, and a few times from L2 in the one-head path.
-template <int kBatch, int PL>
-__device__ __forceinline__ void LoadValueRows(const float* v_base, int kv_dim, int j0, int jj0,
-                                              int n, int per_lane, float (&vb)[kBatch][PL]) {
+template <int kBatch, int PL, class KV>
+__device__ __forceinline__ void LoadValueRows(const KV* v_base, int kv_dim, int j0, int jj0, int n,
+                                              int per_lane, float (&vb)[kBatch][PL]) {
 #pragma unroll
   for (int b = 0; b < kBatch; ++b) {
-    const float* vj = v_base + static_cast<int64_t>(j0 + min(jj0 + b, n - 1)) * kv_dim;
+    const KV* vj = v_base + static_cast<int64_t>(j0 + min(jj0 + b, n - 1)) * kv_dim;
 #pragma unroll
     for (int t = 0; t < PL; ++t) {
-      const float* at = vj + Lane() + 32 * t;
-      vb[b][t] = t < per_lane ? LoadStreaming(at) : 0.0f;
+      const KV* at = vj + Lane() + 32 * t;
+      vb[b][t] = t < per_lane ? LoadKv(at) : 0.0f;
     }
   }
 }
@@ -421,7 +448,7 @@ __device__ __forceinline__ float TransposeSum32(float (&v)[32]) {
 // head), SplitAttention gave a 4-row step's items three times a decode step's keys: 2 key and 3
 // value rounds a warp instead of 1 and 1 (qwen3-30b-a3b: 14 us a layer at one row, 25 at four;
 // 19 with row pairs, session 34).
-template <int PL, int kRows>
+template <int PL, int kRows, class KV>
 __device__ void AttentionHeadPartials(const MixerArgs& A, const AttentionSplit& S, uint8_t* smem) {
   static_assert(kRows * 32 * PL * 4 <= kAttentionBytesPerWarp, "");
   constexpr int kStride4 = 8 * PL;  // float4s per staged query row
@@ -444,8 +471,8 @@ __device__ void AttentionHeadPartials(const MixerArgs& A, const AttentionSplit& 
     NormQueries<PL, kRows>(A, r0, n_rows, h, q_smem);
     const float4* q4 = reinterpret_cast<const float4*>(q_smem);
     WaitNewKeys(A, r0 + n_rows - 1, g, k0, k1);
-    const float* k_base = A.att.k_cache + g * hd;
-    const float* v_base = A.att.v_cache + g * hd;
+    const KV* k_base = static_cast<const KV*>(A.att.k_cache) + g * hd;
+    const KV* v_base = static_cast<const KV*>(A.att.v_cache) + g * hd;
     float o[kRows][PL], m[kRows], l[kRows];
 #pragma unroll
     for (int i = 0; i < kRows; ++i) {
@@ -460,7 +487,7 @@ __device__ void AttentionHeadPartials(const MixerArgs& A, const AttentionSplit& 
 #pragma unroll
       for (int i = 0; i < kRows; ++i) s[i] = -INFINITY;
       if (j < k1) {
-        const float4* k4 = reinterpret_cast<const float4*>(k_base + static_cast<int64_t>(j) * kv_dim);
+        const KV* kj = k_base + static_cast<int64_t>(j) * kv_dim;
         // One row: two sums, for two independent chains; several rows are chains of their own.
         constexpr int kSums = kRows == 1 ? 2 : 1;
         float acc[kRows][kSums];
@@ -471,7 +498,7 @@ __device__ void AttentionHeadPartials(const MixerArgs& A, const AttentionSplit& 
         }
 #pragma unroll 8
         for (int d = 0; d < hd / 4; d += 2) {
-          const float4 a = LoadStreaming(k4 + d), a2 = LoadStreaming(k4 + d + 1);
+          const float4 a = LoadKv4(kj + 4 * d), a2 = LoadKv4(kj + 4 * d + 4);
 #pragma unroll
           for (int i = 0; i < kRows; ++i) {
             const float4 b = q4[i * kStride4 + d], b2 = q4[i * kStride4 + d + 1];
@@ -536,7 +563,7 @@ __device__ void AttentionHeadPartials(const MixerArgs& A, const AttentionSplit& 
 // 16-byte key loads in flight. Teams of 8 heads (head_dim <= 128) score keys with lanes over head
 // dimensions instead (AttentionTeamPartialsLanesOverDims); the same scheme here, with 64
 // accumulators a lane, spilled 140 bytes (session 24).
-template <int PL>
+template <int PL, class KV>
 __device__ void AttentionTeamPartials(const MixerArgs& A, const AttentionSplit& S, uint8_t* smem) {
   constexpr int kHeads = HeadsPerWarp(PL);
   static_assert(kHeads < 8, "8-head teams: AttentionTeamPartialsLanesOverDims");
@@ -561,8 +588,8 @@ __device__ void AttentionTeamPartials(const MixerArgs& A, const AttentionSplit& 
     const int k0 = c * S.chunk, k1 = min(n_keys, k0 + S.chunk);
     StageQueries(A, r, h0, n_heads, kHeads, kStride, q_smem);
     WaitNewKeys(A, r, g, k0, k1);
-    const float* k_base = A.att.k_cache + g * hd;
-    const float* v_base = A.att.v_cache + g * hd;
+    const KV* k_base = static_cast<const KV*>(A.att.k_cache) + g * hd;
+    const KV* v_base = static_cast<const KV*>(A.att.v_cache) + g * hd;
     float o[kHeads][PL], m[kHeads], l[kHeads];  // l: this lane's keys only, summed at the end
 #pragma unroll
     for (int h = 0; h < kHeads; ++h) {
@@ -577,13 +604,12 @@ __device__ void AttentionTeamPartials(const MixerArgs& A, const AttentionSplit& 
 #pragma unroll
       for (int h = 0; h < kHeads; ++h) s[h] = 0;
       if (j < k1) {
-        const float4* k4 =
-            reinterpret_cast<const float4*>(k_base + static_cast<int64_t>(j) * kv_dim);
+        const KV* kj = k_base + static_cast<int64_t>(j) * kv_dim;
 #pragma unroll 1
         for (int d0 = 0; d0 < hd / 4; d0 += kKeyBatch) {
           float4 a[kKeyBatch];
 #pragma unroll
-          for (int i = 0; i < kKeyBatch; ++i) a[i] = LoadStreaming(k4 + d0 + i);
+          for (int i = 0; i < kKeyBatch; ++i) a[i] = LoadKv4(kj + 4 * (d0 + i));
 #pragma unroll
           for (int h = 0; h < kHeads; ++h) {
             const float4* q4 = reinterpret_cast<const float4*>(q_smem + h * kStride) + d0;
@@ -641,7 +667,7 @@ __device__ void AttentionTeamPartials(const MixerArgs& A, const AttentionSplit& 
 // KB apart), and kGroupKeys keys x 8 heads meet in one transposed reduction. Out of line: inlined
 // beside the 4-head path it moved the whole mixer kernel's register allocation, and that path,
 // its code unchanged, lost 16 us a layer on flash-next-125b at 16k keys (sessions 24 and 25).
-template <int PL>
+template <int PL, class KV>
 __device__ __noinline__ void AttentionTeamPartialsLanesOverDims(const MixerArgs& A,
                                                                 const AttentionSplit& S,
                                                                 uint8_t* smem) {
@@ -671,8 +697,8 @@ __device__ __noinline__ void AttentionTeamPartialsLanesOverDims(const MixerArgs&
     const int k0 = c * S.chunk, k1 = min(n_keys, k0 + S.chunk);
     StageQueries(A, r, h0, n_heads, kHeads, kStride, q_smem);
     WaitNewKeys(A, r, g, k0, k1);
-    const float* k_base = A.att.k_cache + g * hd;
-    const float* v_base = A.att.v_cache + g * hd;
+    const KV* k_base = static_cast<const KV*>(A.att.k_cache) + g * hd;
+    const KV* v_base = static_cast<const KV*>(A.att.v_cache) + g * hd;
     // o: this lane's dimensions of every head; m_lane, l_lane: head Lane() % kHeads's running max
     // and this lane's share of its weight sum (its keys only, summed at the end).
     float o[kHeads][PL], m_lane = -INFINITY, l_lane = 0;
@@ -776,28 +802,35 @@ __device__ __noinline__ void AttentionTeamPartialsLanesOverDims(const MixerArgs&
 }
 
 // Every chunk's partials under the phase's split S (SplitAttention), in the R-row kernel.
-template <int R, int PL>
+template <int R, int PL, class KV>
 __device__ __forceinline__ void HeadPartialsOfKernel(const MixerArgs& A, const AttentionSplit& S,
                                                      uint8_t* smem) {
   constexpr int kRows = R < QueryRowsPerWarp(PL) ? R : QueryRowsPerWarp(PL);
-  AttentionHeadPartials<PL, kRows>(A, S, smem);
+  AttentionHeadPartials<PL, kRows, KV>(A, S, smem);
 }
-template <int R>
-__device__ inline void AttentionChunks(const MixerArgs& A, const AttentionSplit& S, uint8_t* smem) {
+template <int R, class KV>
+__device__ inline void AttentionChunksOf(const MixerArgs& A, const AttentionSplit& S,
+                                         uint8_t* smem) {
   const bool teams = S.team_paths();
   switch (DimsPerLane(A.dims.head_dim)) {
     case 1:
-      return teams ? AttentionTeamPartialsLanesOverDims<1>(A, S, smem)
-                   : HeadPartialsOfKernel<R, 1>(A, S, smem);
+      return teams ? AttentionTeamPartialsLanesOverDims<1, KV>(A, S, smem)
+                   : HeadPartialsOfKernel<R, 1, KV>(A, S, smem);
     case 2:
-      return teams ? AttentionTeamPartialsLanesOverDims<2>(A, S, smem)
-                   : HeadPartialsOfKernel<R, 2>(A, S, smem);
+      return teams ? AttentionTeamPartialsLanesOverDims<2, KV>(A, S, smem)
+                   : HeadPartialsOfKernel<R, 2, KV>(A, S, smem);
     case 4:
-      return teams ? AttentionTeamPartialsLanesOverDims<4>(A, S, smem)
-                   : HeadPartialsOfKernel<R, 4>(A, S, smem);
+      return teams ? AttentionTeamPartialsLanesOverDims<4, KV>(A, S, smem)
+                   : HeadPartialsOfKernel<R, 4, KV>(A, S, smem);
     default:
-      return teams ? AttentionTeamPartials<8>(A, S, smem) : HeadPartialsOfKernel<R, 8>(A, S, smem);
+      return teams ? AttentionTeamPartials<8, KV>(A, S, smem)
+                   : HeadPartialsOfKernel<R, 8, KV>(A, S, smem);
   }
+}
+template <int R>
+__device__ inline void AttentionChunks(const MixerArgs& A, const AttentionSplit& S, uint8_t* smem) {
+  if (A.att.f16_cache) return AttentionChunksOf<R, __half>(A, S, smem);
+  AttentionChunksOf<R, float>(A, S, smem);
 }
 
 // Attention phase 1 up to the merge: the step's heads, then every chunk's partials.

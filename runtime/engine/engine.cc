@@ -333,6 +333,11 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& option
         absl::StrCat("unknown --kernels '", options.kernels,
                      "' (choose auto, megakernel, per-phase or per-op)"));
   }
+  if (options.cache_type != "f32" && options.cache_type != "f16") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown --cache-type '", options.cache_type, "' (choose f32 or f16)"));
+  }
+  engine->f16_kv_cache_ = options.cache_type == "f16";
   const std::string cuda_unavailable = CudaBackendUnavailableReason();
   if (options.backend == "cuda" && !cuda_unavailable.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -396,6 +401,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& option
               : options.kernels == "per-phase" ? megakernel::KernelMode::kPerPhase
                                                : megakernel::KernelMode::kMegakernel;
     ro.graphs = options.cuda_graphs;
+    ro.f16_kv_cache = engine->f16_kv_cache_;
     ro.vram_budget = options.vram_budget;
     ro.progress = options.progress;
     auto runner = megakernel::GpuRunner::Create(*engine->model_, ro);
@@ -413,6 +419,12 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& option
 #endif
   if (engine->backend_name_.empty()) {
     FallBackToCpu(*engine->model_, cuda_unavailable, &engine->backend_name_, &engine->notes_);
+  }
+  if (engine->f16_kv_cache_ && engine->backend_name_ != "cuda") {
+    engine->notes_.push_back(absl::StrCat(
+        "--cache-type f16 on the ", engine->backend_name_,
+        " backend: keys and values are rounded to f16 as on the card, but held in f32 (the same "
+        "results, no memory saved)"));
   }
   if (engine->backend_name_ == "cpu") {
     experts::PoolOptions pool_options;
@@ -474,7 +486,7 @@ reference::SequenceState NewState(const Engine& engine) {
     s.n_ctx = engine.n_ctx();
     return s;
   }
-  return reference::SequenceState::Create(engine.hparams(), engine.n_ctx());
+  return reference::SequenceState::Create(engine.hparams(), engine.n_ctx(), engine.f16_kv_cache());
 }
 
 }  // namespace

@@ -47,6 +47,10 @@ struct EngineOptions {
   std::string kernels = "auto";    // cuda: auto (= megakernel) | megakernel | per-phase | per-op
   bool cuda_graphs = true;         // cuda: capture each step shape once and replay it
   int n_ctx = 0;                   // 0: the smaller of the model's training context and 4096
+  // Attention layers' KV cache elements: f32 (exact against the reference) or f16 (half the
+  // cache's bytes; keys and values rounded to nearest as they enter it). The CPU backends round
+  // the same way but keep f32 storage.
+  std::string cache_type = "f32";
   int threads = 0;  // CPU threads for the whole process; 0: one per CPU it started on
   std::string cpu_isa = "auto";    // cpu backend kernels: auto | avx512 | avx2 | scalar
   bool cpu_numa = true;  // cpu backend: a pool arena per NUMA node, experts bound to nodes
@@ -101,6 +105,7 @@ class Engine {
   const text::Tokenizer* tokenizer() const { return tokenizer_ ? &*tokenizer_ : nullptr; }
   const std::string& backend_name() const { return backend_name_; }
   int n_ctx() const { return n_ctx_; }
+  bool f16_kv_cache() const { return f16_kv_cache_; }
   double load_seconds() const { return load_seconds_; }
   // Notes for the user gathered while loading (tokenizer warnings, context clamping).
   const std::vector<std::string>& notes() const { return notes_; }
@@ -129,6 +134,7 @@ class Engine {
   std::unique_ptr<tbb::global_control> thread_limit_;
   std::string backend_name_;
   int n_ctx_ = 0;
+  bool f16_kv_cache_ = false;
   double load_seconds_ = 0;
   uint32_t next_sequence_id_ = 0;
   std::vector<std::string> notes_;

@@ -11,6 +11,7 @@
 #include "oneapi/tbb/blocked_range.h"
 #include "oneapi/tbb/parallel_for.h"
 #include "runtime/base/status_macros.h"
+#include "runtime/quant/float16.h"
 #include "runtime/reference/matmul.h"
 
 namespace tandem::reference {
@@ -156,9 +157,9 @@ absl::StatusOr<std::unique_ptr<ReferenceForward>> ReferenceForward::Create(
   return fwd;
 }
 
-absl::Status ReferenceForward::Attention(const Layer& w, LayerState& ls, int n_past, int T,
-                                         const ForwardOptions& options, const float* x,
-                                         float* out) const {
+absl::Status ReferenceForward::Attention(const Layer& w, LayerState& ls, bool f16_kv_cache,
+                                         int n_past, int T, const ForwardOptions& options,
+                                         const float* x, float* out) const {
   const model::HParams& hp = hp_;
   const int hd = hp.head_dim;
   const bool gated = hp.is_hybrid();  // qwen3next/qwen35moe: query rows carry a sigmoid gate
@@ -185,10 +186,14 @@ absl::Status ReferenceForward::Attention(const Layer& w, LayerState& ls, int n_p
       RmsNorm(kh, kn, hd, hp.rms_eps, kh);
       Rope(kh, hp.n_rot, pos, rope_inv_freq_);
     }
-    std::copy_n(&k[static_cast<size_t>(t) * kv_dim], kv_dim,
-                &ls.k_cache[static_cast<size_t>(pos) * kv_dim]);
-    std::copy_n(&v[static_cast<size_t>(t) * kv_dim], kv_dim,
-                &ls.v_cache[static_cast<size_t>(pos) * kv_dim]);
+    // An f16 cache holds each value rounded to nearest (SequenceState::f16_kv_cache).
+    const auto cached = [f16_kv_cache](float e) {
+      return f16_kv_cache ? quant::Fp16ToF32(quant::F32ToFp16(e)) : e;
+    };
+    std::transform(&k[static_cast<size_t>(t) * kv_dim], &k[static_cast<size_t>(t + 1) * kv_dim],
+                   &ls.k_cache[static_cast<size_t>(pos) * kv_dim], cached);
+    std::transform(&v[static_cast<size_t>(t) * kv_dim], &v[static_cast<size_t>(t + 1) * kv_dim],
+                   &ls.v_cache[static_cast<size_t>(pos) * kv_dim], cached);
   }
 
   const int group = hp.n_head / hp.n_head_kv;
@@ -510,7 +515,8 @@ absl::Status ReferenceForward::RunHalf(int il, bool moe, SequenceState& state, i
   } else if (hp.IsRecurrentLayer(il)) {
     TANDEM_RETURN_IF_ERROR(DeltaNet(w, state.layers[il], T, options, h, tmp));
   } else {
-    TANDEM_RETURN_IF_ERROR(Attention(w, state.layers[il], n_past, T, options, h, tmp));
+    TANDEM_RETURN_IF_ERROR(
+        Attention(w, state.layers[il], state.f16_kv_cache, n_past, T, options, h, tmp));
   }
   for (size_t i = 0; i < static_cast<size_t>(T) * H; ++i) x[i] += tmp[i];
   return absl::OkStatus();

@@ -154,7 +154,7 @@ class ReferenceForward {
   ReferenceForward() = default;
   absl::Status RunHalf(int il, bool moe, SequenceState& state, int n_past, int T,
                        const ForwardOptions& options, float* x, float* h, float* tmp) const;
-  absl::Status Attention(const Layer& w, LayerState& ls, int n_past, int T,
+  absl::Status Attention(const Layer& w, LayerState& ls, bool f16_kv_cache, int n_past, int T,
                          const ForwardOptions& options, const float* x, float* out) const;
   absl::Status DeltaNet(const Layer& w, LayerState& ls, int T, const ForwardOptions& options,
                         const float* x, float* out) const;

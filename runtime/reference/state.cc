@@ -2,9 +2,10 @@
 
 namespace tandem::reference {
 
-SequenceState SequenceState::Create(const model::HParams& hp, int n_ctx) {
+SequenceState SequenceState::Create(const model::HParams& hp, int n_ctx, bool f16_kv_cache) {
   SequenceState s;
   s.n_ctx = n_ctx;
+  s.f16_kv_cache = f16_kv_cache;
   s.layers.resize(hp.n_layer);
   for (int il = 0; il < hp.n_layer; ++il) {
     LayerState& l = s.layers[il];

@@ -22,10 +22,13 @@ struct LayerState {
 struct SequenceState {
   int n_ctx = 0;   // capacity in tokens
   int n_past = 0;  // tokens already in the caches
+  // Keys and values are rounded to f16 as they enter the caches: the values an f16 cache holds
+  // (the cuda backend's --cache-type f16), kept in f32 here.
+  bool f16_kv_cache = false;
   std::vector<LayerState> layers;
 
   // Zeroed state for `n_ctx` tokens.
-  static SequenceState Create(const model::HParams& hp, int n_ctx);
+  static SequenceState Create(const model::HParams& hp, int n_ctx, bool f16_kv_cache = false);
   // Bytes held by the caches.
   uint64_t bytes() const;
 };

@@ -59,6 +59,32 @@ TEST(EngineTest, RefusesUnknownKernelModes) {
   EXPECT_NE(e.status().message().find("megakernel, per-phase or per-op"), std::string::npos);
 }
 
+TEST(EngineTest, RefusesUnknownCacheTypes) {
+  EngineOptions o;
+  o.model = kHfDir;
+  o.cache_type = "q8_0";
+  auto e = Engine::Load(o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(e.status().message().find("unknown --cache-type 'q8_0' (choose f32 or f16)"),
+            std::string::npos);
+}
+
+// The CPU backends take --cache-type f16 by rounding as the card does, and say that they keep
+// f32 storage.
+TEST(EngineTest, AnF16CacheOnTheReferenceBackendIsNoted) {
+  EngineOptions o;
+  o.model = kHfDir;
+  o.backend = "reference";
+  o.cache_type = "f16";
+  auto e = Engine::Load(o);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_TRUE((*e)->f16_kv_cache());
+  bool noted = false;
+  for (const std::string& n : (*e)->notes()) noted |= n.find("held in f32") != std::string::npos;
+  EXPECT_TRUE(noted);
+}
+
 TEST(EngineTest, RefusesUnknownOrMissingBackends) {
   EngineOptions o;
   o.model = kHfDir;

@@ -33,11 +33,13 @@ using testing_support::RelMaxDiff;
   GTEST_SKIP() << "GPU test skipped: " << why
 
 std::unique_ptr<Engine> Load(const std::string& model, const std::string& backend,
-                             const std::string& kernels = "auto") {
+                             const std::string& kernels = "auto",
+                             const std::string& cache_type = "f32") {
   EngineOptions o;
   o.model = model;
   o.backend = backend;
   o.kernels = kernels;
+  o.cache_type = cache_type;
   o.n_ctx = 256;
   auto e = Engine::Load(o);
   EXPECT_TRUE(e.ok()) << model << " " << backend << ": " << e.status();
@@ -52,11 +54,13 @@ std::vector<int32_t> RandomTokens(int n, int vocab, uint32_t seed) {
 }
 
 // The largest difference between the cuda backend's and the reference's prefill logits of n
-// random tokens, relative to the largest |logit| (RelMaxDiff); NaN, after a reported failure,
-// where a load or a prefill fails.
-double PrefillLogitsDiff(const std::string& model, int n, uint32_t seed) {
-  auto gpu = Load(model, "cuda");
-  auto ref = Load(model, "reference");
+// random tokens (KV caches of cache_type each), relative to the largest |logit| (RelMaxDiff);
+// NaN, after a reported failure, where a load or a prefill fails.
+double PrefillLogitsDiff(const std::string& model, int n, uint32_t seed,
+                         const std::string& gpu_cache = "f32",
+                         const std::string& ref_cache = "f32") {
+  auto gpu = Load(model, "cuda", "auto", gpu_cache);
+  auto ref = Load(model, "reference", "auto", ref_cache);
   if (!gpu || !ref) return NAN;  // Load reported why
   const auto tokens = RandomTokens(n, gpu->hparams().n_vocab, seed);
   std::vector<float> a, b;
@@ -125,6 +129,25 @@ TEST_P(TinyShapeTest, F32LogitsMatchReference) {
   const double e = PrefillLogitsDiff("synth:" + GetParam() + kAllF32, 21, 12);
   std::printf("[%s f32] cuda vs reference, 21 positions: %.3e of max |logit|\n", GetParam().c_str(), e);
   EXPECT_LT(e, 1e-4);
+}
+
+// --cache-type f16: keys and values rounded to f16 as they enter the cache, on the card and in
+// the reference alike, so the two agree as closely as with f32 caches; against the f32 reference
+// the rounding shows (printed). The card's cache takes half the bytes.
+TEST_P(TinyShapeTest, F16CacheLogitsMatchTheReferenceWithAnF16Cache) {
+  SKIP_WITHOUT_GPU();
+  const std::string model = "synth:" + GetParam() + kAllF32;
+  const double e = PrefillLogitsDiff(model, 21, 12, "f16", "f16");
+  const double rounding = PrefillLogitsDiff(model, 21, 12, "f16", "f32");
+  std::printf(
+      "[%s f32, f16 cache] cuda vs reference, 21 positions: %.3e of max |logit| (vs an "
+      "f32 cache: %.3e)\n",
+      GetParam().c_str(), e, rounding);
+  EXPECT_LT(e, 1e-4);
+  auto f32 = Load(model, "cuda");
+  auto f16 = Load(model, "cuda", "auto", "f16");
+  ASSERT_TRUE(f32 && f16);
+  EXPECT_EQ(f16->gpu()->vram().kv_cache * 2, f32->gpu()->vram().kv_cache);
 }
 
 // Greedy decode for 64 steps, teacher-forced on the reference's choices: the GPU's device argmax

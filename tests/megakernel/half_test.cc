@@ -114,7 +114,7 @@ TEST_P(LayerHalfTest, MatchesTheReferenceOnRandomStates) {
 // against the reference (normalised error under 1e-4). Prints each path's worst error.
 template <class RowsAt>
 void DiffAttentionLayerAlongContext(const std::string& shape, int n_ctx, uint32_t seed,
-                                    RowsAt rows_at) {
+                                    RowsAt rows_at, bool f16_kv_cache = false) {
   auto m = model::OpenModel(SynthSpec(shape, true));
   ASSERT_TRUE(m.ok()) << m.status();
   const model::HParams& hp = (*m)->hparams();
@@ -129,9 +129,10 @@ void DiffAttentionLayerAlongContext(const std::string& shape, int n_ctx, uint32_
     RunnerOptions ro;
     ro.n_ctx = n_ctx;
     ro.force_attention_teams = teams;
+    ro.f16_kv_cache = f16_kv_cache;
     auto gpu = GpuRunner::Create(**m, ro);
     ASSERT_TRUE(gpu.ok()) << gpu.status();
-    reference::SequenceState state = reference::SequenceState::Create(hp, n_ctx);
+    reference::SequenceState state = reference::SequenceState::Create(hp, n_ctx, f16_kv_cache);
     double worst = 0;
     for (int pos = 0; pos < n_ctx;) {
       const int rows = rows_at(pos);
@@ -145,8 +146,8 @@ void DiffAttentionLayerAlongContext(const std::string& shape, int n_ctx, uint32_
       ASSERT_LT(e, 1e-4) << shape << " keys " << pos + rows << (teams ? " teams" : "");
       pos += rows;
     }
-    std::printf("[%s, %d keys%s] normalised error, worst: %.2e\n", shape.c_str(), n_ctx,
-                teams ? ", teams" : "", worst);
+    std::printf("[%s, %d keys%s%s] normalised error, worst: %.2e\n", shape.c_str(), n_ctx,
+                teams ? ", teams" : "", f16_kv_cache ? ", f16 cache" : "", worst);
   }
 }
 
@@ -163,6 +164,16 @@ TEST_P(LongContextAttentionTest, MatchesTheReferencePastThirtyTwoChunks) {
   }
   ASSERT_NO_FATAL_FAILURE(
       DiffAttentionLayerAlongContext(GetParam(), 2240, 5, [](int) { return 8; }));
+}
+
+// The same with --cache-type f16 on both sides (the reference rounds keys and values to f16 as
+// the card stores them): the f16 loads of every path, one-head and team.
+TEST_P(LongContextAttentionTest, MatchesTheReferenceWithAnF16Cache) {
+  if (const std::string why = CudaUnavailableReason(); !why.empty()) {
+    GTEST_SKIP() << "GPU test skipped: " << why;
+  }
+  ASSERT_NO_FATAL_FAILURE(DiffAttentionLayerAlongContext(
+      GetParam(), 2240, 6, [](int) { return 8; }, true));
 }
 
 // A test name from a shape spec: letters and digits kept, everything else '_'.

@@ -53,7 +53,7 @@ TEST(PlanTest, BudgetErrorSaysWhatTheModelNeeds) {
   ASSERT_NE(m, nullptr);
   auto dims = DimsForModel(*m, 4096);
   ASSERT_TRUE(dims.ok());
-  const VramPlan plan = PlanVram(*m, *dims, 4096);
+  const VramPlan plan = PlanVram(*m, *dims, 4096, false);
   // Every routed expert of the 125B shape is ~50 GB: far over a 24 GiB card.
   EXPECT_GT(plan.weights, uint64_t{40} << 30);
   EXPECT_GT(plan.caches, 0u);
@@ -72,13 +72,29 @@ TEST(PlanTest, CachesGrowWithContextOnlyForAttentionLayers) {
   auto d1 = DimsForModel(*m, 256);
   auto d2 = DimsForModel(*m, 512);
   ASSERT_TRUE(d1.ok() && d2.ok());
-  const VramPlan a = PlanVram(*m, *d1, 256), b = PlanVram(*m, *d2, 512);
+  const VramPlan a = PlanVram(*m, *d1, 256, false), b = PlanVram(*m, *d2, 512, false);
   EXPECT_EQ(a.weights, b.weights);
   const model::HParams& hp = m->hparams();
   int attention_layers = 0;
   for (int il = 0; il < hp.n_layer; ++il) attention_layers += hp.IsRecurrentLayer(il) ? 0 : 1;
   EXPECT_EQ(b.caches - a.caches,
             uint64_t{256} * attention_layers * 2 * hp.n_head_kv * hp.head_dim * 4);
+}
+
+// --cache-type f16 halves the attention layers' KV caches and nothing else.
+TEST(PlanTest, AnF16CacheHalvesTheKvCachesOnly) {
+  auto m = Describe("synth:tiny-qwen3next");
+  ASSERT_NE(m, nullptr);
+  auto d = DimsForModel(*m, 512);
+  ASSERT_TRUE(d.ok());
+  const VramPlan f32 = PlanVram(*m, *d, 512, false), f16 = PlanVram(*m, *d, 512, true);
+  EXPECT_EQ(f32.weights, f16.weights);
+  const model::HParams& hp = m->hparams();
+  int attention_layers = 0;
+  for (int il = 0; il < hp.n_layer; ++il) attention_layers += hp.IsRecurrentLayer(il) ? 0 : 1;
+  ASSERT_GT(attention_layers, 0);
+  EXPECT_EQ(f32.caches - f16.caches,
+            uint64_t{512} * attention_layers * 2 * hp.n_head_kv * hp.head_dim * 2);
 }
 
 // The DeltaNet conv and delta rule walk a head's channels and value columns 32 at a time, the rule
@@ -196,7 +212,7 @@ TEST(DeviceLayoutTest, PadsQ3KBlocksAndCopiesTheOtherTypes) {
     ++used;
   }
   EXPECT_GT(device_bytes, file_bytes);  // the Q3_K expert banks grow by 2/110
-  EXPECT_EQ(PlanVram(*m, *dims, 256).weights, device_bytes + used * kAllocationSlack);
+  EXPECT_EQ(PlanVram(*m, *dims, 256, false).weights, device_bytes + used * kAllocationSlack);
 }
 
 // `rows` rows of `cols` elements of `type` in the device layout hold, plane after plane, the

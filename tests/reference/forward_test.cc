@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "runtime/model/model.h"
+#include "runtime/quant/float16.h"
 #include "runtime/reference/forward.h"
 
 namespace tandem::reference {
@@ -54,6 +55,44 @@ TEST_P(ForwardTest, PrefillEqualsPrefillThenDecode) {
   EXPECT_EQ(s2.n_past, T);
   // Same math in another grouping of rows: only fp32 rounding may differ.
   EXPECT_LT(max_diff, 1e-5 * max_abs) << "max |logit| " << max_abs;
+}
+
+// SequenceState::f16_kv_cache: every key and value in the cache is an f16 value, the logits move
+// by the rounding only (small, not zero), and a rerun gives the same logits.
+TEST_P(ForwardTest, AnF16CacheHoldsF16ValuesAndMovesLogitsSlightly) {
+  auto model = model::OpenModel(std::string("synth:") + GetParam());
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto fwd = ReferenceForward::Create(**model);
+  ASSERT_TRUE(fwd.ok()) << fwd.status();
+  const model::HParams& hp = (*model)->hparams();
+  const std::vector<int32_t> tokens = TestTokens(9, hp.n_vocab);
+  ForwardOptions all;
+  all.all_logits = true;
+  SequenceState f32 = SequenceState::Create(hp, 16);
+  SequenceState f16 = SequenceState::Create(hp, 16, true);
+  std::vector<float> a, b;
+  ASSERT_TRUE((*fwd)->Forward(tokens, f32, all, &a).ok());
+  ASSERT_TRUE((*fwd)->Forward(tokens, f16, all, &b).ok());
+  int attention_layers = 0;
+  for (const LayerState& l : f16.layers) {
+    if (l.k_cache.empty()) continue;
+    ++attention_layers;
+    for (const std::vector<float>* c : {&l.k_cache, &l.v_cache}) {
+      for (float v : *c) ASSERT_EQ(v, quant::Fp16ToF32(quant::F32ToFp16(v)));
+    }
+  }
+  ASSERT_GT(attention_layers, 0);
+  double max_abs = 0, max_diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    max_abs = std::max(max_abs, std::abs(static_cast<double>(a[i])));
+    max_diff = std::max(max_diff, std::abs(static_cast<double>(a[i]) - b[i]));
+  }
+  EXPECT_GT(max_diff, 0.0);
+  EXPECT_LT(max_diff, 1e-2 * max_abs) << "max |logit| " << max_abs;
+  SequenceState again = SequenceState::Create(hp, 16, true);
+  std::vector<float> c;
+  ASSERT_TRUE((*fwd)->Forward(tokens, again, all, &c).ok());
+  EXPECT_EQ(b, c);
 }
 
 TEST_P(ForwardTest, LogitsAreFiniteAndInformative) {

@@ -6,7 +6,7 @@
 #       command='eval "$(bash .deps/unpack-debs.sh)"; mkdir -p /tmp/v; for x in main next; do tar -C /tmp/v -xJf build-cuda/vz/$x.tar.xz; done; bash tools/device/compare.sh /tmp/v/main /tmp/v/next')
 # For every variant in order: the GPU suite (when present), then `tandem bench decode` at
 # context 512 on both benchmark shapes. Logs and JSON go to $OUT as <variant>_*. Set MODELS,
-# CONTEXTS or STEPS to change the bench; REPEAT=2 runs the whole list twice (noise check). Only
+# CONTEXTS or STEPS to change the bench, BENCH_ARGS to add flags to it (e.g. --cache-type f16); REPEAT=2 runs the whole list twice (noise check). Only
 # 8 files come back from a call, so the printed lines are the record; the JSON of the first
 # variants comes back too. PHASES=1 also prints each run's phase timeline. SASS=KERNEL_REGEX (with
 # variants packed by CUBIN=1 pack_variant.sh) first prints, for each variant after the first, how
@@ -37,7 +37,7 @@ for pass in $(seq "${REPEAT:-1}"); do
     margs=()
     for m in $models; do margs+=(-m "$m"); done
     "$dir/tandem" bench decode --backend cuda "${margs[@]}" --contexts "${CONTEXTS:-512}" \
-      --steps "${STEPS:-32}" --json "$out/${v}_decode_$pass.json" > "$out/${v}_bench_$pass.log" 2>&1
+      --steps "${STEPS:-32}" ${BENCH_ARGS:-} --json "$out/${v}_decode_$pass.json" > "$out/${v}_bench_$pass.log" 2>&1
     echo "$v bench rc=$? t=$(( $(date +%s) - t0 )) s"
     # PHASES=1 adds the per-layer phase timeline and the gap between launches (µs) under each tok/s line.
     pattern="tok/s|^matvec (q8_0|q4_k|q3_k|q6_k|f32) "

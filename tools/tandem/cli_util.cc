@@ -45,6 +45,17 @@ void AddExpertPoolFlags(CLI::App* cmd, std::string* isa, bool* numa, int* backup
                 "available)");
 }
 
+void AddCacheTypeFlag(CLI::App* cmd, std::string* cache_type) {
+  cmd->add_option("--cache-type", *cache_type,
+                  "Element type of the attention layers' KV cache: f32 (exact against the "
+                  "reference) or f16 (half the cache's VRAM and half the bytes attention reads at "
+                  "long contexts; keys and values are rounded to nearest f16 as they enter the "
+                  "cache, which changes logits slightly, as llama.cpp's f16 cache does). The CPU "
+                  "backends round the same way but keep f32 storage")
+      ->check(CLI::IsMember({"f32", "f16"}))
+      ->capture_default_str();
+}
+
 void AddEngineFlags(CLI::App* cmd, engine::EngineOptions* options) {
   cmd->add_option("-m,--model", options->model,
                   "Model: a .gguf file, a Hugging Face directory (config.json + safetensors), or "
@@ -71,6 +82,7 @@ void AddEngineFlags(CLI::App* cmd, engine::EngineOptions* options) {
   cmd->add_option("--ctx", options->n_ctx,
                   "Context length in tokens (0: the model's training context, at most 4096)")
       ->capture_default_str();
+  AddCacheTypeFlag(cmd, &options->cache_type);
   AddExpertPoolFlags(cmd, &options->cpu_isa, &options->cpu_numa, &options->cpu_backup_us,
                      &options->cpu_repack);
   cmd->add_option("--threads", options->threads,

@@ -26,6 +26,9 @@ void AddEngineFlags(CLI::App* cmd, engine::EngineOptions* options);
 // Adds the CPU expert pool's --cpu-isa, --no-cpu-numa, --cpu-backup-us (also spelled
 // --backup-us) and --no-cpu-repack to `cmd`: the engine's --backend cpu and `tandem bench
 // experts` share them.
+// --cache-type (EngineOptions::cache_type), shared by the engine commands and `bench decode`.
+void AddCacheTypeFlag(CLI::App* cmd, std::string* cache_type);
+
 void AddExpertPoolFlags(CLI::App* cmd, std::string* isa, bool* numa, int* backup_us, bool* repack);
 
 // Loads the engine with a progress bar on stderr for long loads.

@@ -266,6 +266,7 @@ int BenchDecode(const Options& o, const engine::EngineOptions& base,
   report["backend"] = "cuda";
   report["device"] = prop.name;
   report["steps"] = o.steps;
+  report["cache_type"] = base.cache_type;
   summary["hbm_copy_gbps"] = hbm;
   report["empty_launch_us"] = launch_us;
   report["grid_barrier_us"] = barrier_us;
@@ -296,7 +297,7 @@ int BenchDecode(const Options& o, const engine::EngineOptions& base,
     eo.model = model;
     eo.backend = "cuda";
     eo.n_ctx = *std::max_element(contexts.begin(), contexts.end()) + 16;
-    std::printf("loading %s ...\n", model.c_str());
+    std::printf("loading %s (%s KV cache) ...\n", model.c_str(), eo.cache_type.c_str());
     auto engine = engine::Engine::Load(eo);
     if (!engine.ok()) {
       return BenchFail(engine.status(), model);
@@ -437,6 +438,7 @@ void RegisterBenchDecode(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   AddExpertPoolFlags(dec, &engine_options->cpu_isa, &engine_options->cpu_numa,
                      &engine_options->cpu_backup_us, &engine_options->cpu_repack);
+  AddCacheTypeFlag(dec, &engine_options->cache_type);
   dec->add_option("--json", options->json, "Write the report here");
   dec->callback([options, engine_options, exit_code] {
     engine_options->progress = nullptr;
