@@ -52,8 +52,10 @@ __device__ __forceinline__ void AllowNextLaunch() {
 
 // kRecurrent: the DeltaNet layers' kernel, else the attention layers'. Two kernels, not one with a
 // branch per phase: each layer kind's code and register allocation stay out of the other's (a
-// change to the delta rule moved attention phase times by 2-20 us, session 25).
-template <int R, bool kRecurrent>
+// change to the delta rule moved attention phase times by 2-20 us, session 25). KV: the attention
+// layers' KV cache element (float, or __half for --cache-type f16), a kernel each for the same
+// reason (device/mixer.cuh's LoadKv).
+template <int R, bool kRecurrent, class KV>
 __global__ void __launch_bounds__(kBlockThreads)
     MixerKernel(const __grid_constant__ MixerArgs args, int begin, int end) {
   extern __shared__ __align__(16) uint8_t smem[];
@@ -61,7 +63,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   for (int p = begin; p < end; ++p) {
     if (p > begin) cg::this_grid().sync();
     Stamp(args.s.timeline, args.layer, 0, p);
-    MixerPhase<R, kRecurrent>(args, p, smem);
+    MixerPhase<R, kRecurrent, KV>(args, p, smem);
   }
   Stamp(args.s.timeline, args.layer, 0, end);
   AllowNextLaunch();
@@ -116,39 +118,43 @@ __global__ void __launch_bounds__(kBlockThreads) BarrierProbeKernel(int n_syncs)
 }
 
 template <int R>
-const void* KernelOfRows(Half half, bool recurrent) {
+const void* KernelOfRows(Half half, bool recurrent, bool f16_cache) {
   switch (half) {
     case Half::kMixer:
-      return recurrent ? reinterpret_cast<const void*>(&MixerKernel<R, true>)
-                       : reinterpret_cast<const void*>(&MixerKernel<R, false>);
+      return recurrent   ? reinterpret_cast<const void*>(&MixerKernel<R, true, float>)
+             : f16_cache ? reinterpret_cast<const void*>(&MixerKernel<R, false, __half>)
+                         : reinterpret_cast<const void*>(&MixerKernel<R, false, float>);
     case Half::kMoe: return reinterpret_cast<const void*>(&MoeKernel<R>);
     case Half::kHead: return reinterpret_cast<const void*>(&HeadKernel<R>);
   }
   return nullptr;
 }
 
-// The kernel of one half for one of kRowsVariants; `recurrent` picks the mixer's DeltaNet kernel.
-const void* KernelOf(Half half, int rows_variant, bool recurrent = false) {
+// The kernel of one half for one of kRowsVariants; `recurrent` picks the mixer's DeltaNet kernel,
+// `f16_cache` its attention kernel for an f16 KV cache.
+const void* KernelOf(Half half, int rows_variant, bool recurrent = false, bool f16_cache = false) {
   static_assert(kNumRowsVariants == 3 && kRowsVariants[1] == 4 && kRowsVariants[2] == kMaxRows,
                 "KernelOf instantiates exactly kRowsVariants");
   switch (rows_variant) {
     case 1:
-      return KernelOfRows<1>(half, recurrent);
+      return KernelOfRows<1>(half, recurrent, f16_cache);
     case 4:
-      return KernelOfRows<4>(half, recurrent);
+      return KernelOfRows<4>(half, recurrent, f16_cache);
     case kMaxRows:
-      return KernelOfRows<kMaxRows>(half, recurrent);
+      return KernelOfRows<kMaxRows>(half, recurrent, f16_cache);
   }
   return nullptr;
 }
 
 // The kernels a half launches in megakernel and per-phase mode, into `kernels`; returns how many:
-// the mixer's attention and DeltaNet kernels, one kernel for the other halves.
-int HalfKernels(Half half, int rows_variant, const void* (&kernels)[2]) {
+// the mixer's attention kernels (f32 and f16 KV cache) and DeltaNet kernel, one kernel for the
+// other halves.
+int HalfKernels(Half half, int rows_variant, const void* (&kernels)[3]) {
   kernels[0] = KernelOf(half, rows_variant, false);
   if (half != Half::kMixer) return 1;
   kernels[1] = KernelOf(half, rows_variant, true);
-  return 2;
+  kernels[2] = KernelOf(half, rows_variant, false, true);
+  return 3;
 }
 
 // Whether the current device takes programmatic dependent launches (compute capability 9.0+),
@@ -238,7 +244,7 @@ cudaError_t PrepareHalf(Half half, int rows_variant, int64_t smem, int max_block
       e != cudaSuccess) {
     return e;
   }
-  const void* kernels[2];
+  const void* kernels[3];
   const int n_kernels = HalfKernels(half, rows_variant, kernels);
   for (int i = 0; i < n_kernels; ++i) {
     const void* kernel = kernels[i];
@@ -263,8 +269,8 @@ cudaError_t PrepareHalf(Half half, int rows_variant, int64_t smem, int max_block
 }
 
 cudaError_t MaxDynamicSmem(Half half, int rows_variant, int64_t* bytes) {
-  int64_t kernel_static = 0;  // the larger of the mixer's two kernels
-  const void* kernels[2];
+  int64_t kernel_static = 0;  // the largest of the mixer's kernels
+  const void* kernels[3];
   const int n_kernels = HalfKernels(half, rows_variant, kernels);
   for (int i = 0; i < n_kernels; ++i) {
     cudaFuncAttributes attributes;
@@ -290,8 +296,8 @@ cudaError_t LaunchMixer(const MixerArgs& args, int rows_variant, KernelMode mode
                         const LaunchShape& shape, cudaStream_t stream) {
   if (mode == KernelMode::kPerOp) return LaunchMixerOps(args, rows_variant, shape, stream);
   const bool recurrent = args.recurrent != 0;
-  return LaunchPhases(KernelOf(Half::kMixer, rows_variant, recurrent), args,
-                      PhaseCount(Half::kMixer, recurrent), mode, shape, stream);
+  return LaunchPhases(KernelOf(Half::kMixer, rows_variant, recurrent, args.att.f16_cache != 0),
+                      args, PhaseCount(Half::kMixer, recurrent), mode, shape, stream);
 }
 
 cudaError_t LaunchMoe(const MoeArgs& args, int rows_variant, KernelMode mode,

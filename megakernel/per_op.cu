@@ -7,11 +7,11 @@
 namespace tandem::megakernel {
 namespace {
 
-template <int R>
+template <int R, class KV>
 __global__ void __launch_bounds__(kBlockThreads)
     MixerOpKernel(const __grid_constant__ MixerArgs args, int op, int arg) {
   extern __shared__ __align__(16) uint8_t smem[];
-  MixerOpBody<R>(args, static_cast<MixerOp>(op), arg, smem);
+  MixerOpBody<R, KV>(args, static_cast<MixerOp>(op), arg, smem);
 }
 
 template <int R>
@@ -28,10 +28,11 @@ __global__ void __launch_bounds__(kBlockThreads)
 }
 
 template <int R>
-const void* OpKernelOfRows(Half half) {
+const void* OpKernelOfRows(Half half, bool f16_cache) {
   switch (half) {
     case Half::kMixer:
-      return reinterpret_cast<const void*>(&MixerOpKernel<R>);
+      return f16_cache ? reinterpret_cast<const void*>(&MixerOpKernel<R, __half>)
+                       : reinterpret_cast<const void*>(&MixerOpKernel<R, float>);
     case Half::kMoe:
       return reinterpret_cast<const void*>(&MoeOpKernel<R>);
     case Half::kHead:
@@ -40,16 +41,17 @@ const void* OpKernelOfRows(Half half) {
   return nullptr;
 }
 
-const void* OpKernelOf(Half half, int rows_variant) {
+// f16_cache picks the mixer's kernel for an f16 KV cache (AttentionLayer::f16_cache).
+const void* OpKernelOf(Half half, int rows_variant, bool f16_cache = false) {
   static_assert(kNumRowsVariants == 3 && kRowsVariants[1] == 4 && kRowsVariants[2] == kMaxRows,
                 "OpKernelOf instantiates exactly kRowsVariants");
   switch (rows_variant) {
     case 1:
-      return OpKernelOfRows<1>(half);
+      return OpKernelOfRows<1>(half, f16_cache);
     case 4:
-      return OpKernelOfRows<4>(half);
+      return OpKernelOfRows<4>(half, f16_cache);
     case kMaxRows:
-      return OpKernelOfRows<kMaxRows>(half);
+      return OpKernelOfRows<kMaxRows>(half, f16_cache);
   }
   return nullptr;
 }
@@ -149,25 +151,36 @@ int PerOpLaunches(const HeadArgs&) {
 }
 
 cudaError_t PrepareOps(Half half, int rows_variant, int64_t smem) {
-  return cudaFuncSetAttribute(OpKernelOf(half, rows_variant),
-                              cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  for (bool f16_cache : {false, true}) {
+    if (cudaError_t e = cudaFuncSetAttribute(OpKernelOf(half, rows_variant, f16_cache),
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(smem));
+        e != cudaSuccess) {
+      return e;
+    }
+  }
+  return cudaSuccess;
 }
 
 cudaError_t OpsStaticSmem(Half half, int rows_variant, int64_t* bytes) {
-  cudaFuncAttributes attributes;
-  if (cudaError_t e = cudaFuncGetAttributes(&attributes, OpKernelOf(half, rows_variant));
-      e != cudaSuccess) {
-    return e;
+  *bytes = 0;
+  for (bool f16_cache : {false, true}) {
+    cudaFuncAttributes attributes;
+    if (cudaError_t e =
+            cudaFuncGetAttributes(&attributes, OpKernelOf(half, rows_variant, f16_cache));
+        e != cudaSuccess) {
+      return e;
+    }
+    *bytes = std::max(*bytes, static_cast<int64_t>(attributes.sharedSizeBytes));
   }
-  *bytes = static_cast<int64_t>(attributes.sharedSizeBytes);
   return cudaSuccess;
 }
 
 cudaError_t LaunchMixerOps(const MixerArgs& args, int rows_variant, const LaunchShape& shape,
                            cudaStream_t stream) {
   OpLaunch ops[kMaxOpsPerHalf];
-  return LaunchOps(OpKernelOf(Half::kMixer, rows_variant), args, ops, MixerOps(args, ops), shape,
-                   stream);
+  return LaunchOps(OpKernelOf(Half::kMixer, rows_variant, args.att.f16_cache != 0), args, ops,
+                   MixerOps(args, ops), shape, stream);
 }
 
 cudaError_t LaunchMoeOps(const MoeArgs& args, int rows_variant, const LaunchShape& shape,

@@ -116,9 +116,12 @@ __device__ void MixerProjections(const MixerArgs& A, uint8_t* smem) {
 }
 
 // KV cache elements (AttentionLayer::f16_cache): float, or __half rounded to nearest as they are
-// stored (the reference rounds the same way: SequenceState::f16_kv_cache). Reads are streaming
-// (LoadStreaming); LoadKv4 reads 4 consecutive elements of a 16-byte (f32) or 8-byte (f16)
-// aligned group.
+// stored (the reference rounds the same way: SequenceState::f16_kv_cache). The element type is a
+// template argument of the attention layers' kernels (kernels.cu), not a branch in one kernel:
+// with both loops in one kernel, ptxas spilled more and the f32 cache's 16k attention phase
+// lengthened by 1.4 us (qwen3-30b-a3b) and 8 us (flash-next-125b) a layer (session 44). Reads are
+// streaming (LoadStreaming); LoadKv4 reads 4 consecutive elements of a 16-byte (f32) or 8-byte
+// (f16) aligned group.
 __device__ __forceinline__ float LoadKv(const float* p) { return LoadStreaming(p); }
 __device__ __forceinline__ float LoadKv(const __half* p) {
   return __half2float(__ushort_as_half(LoadStreaming(reinterpret_cast<const unsigned short*>(p))));
@@ -132,16 +135,8 @@ __device__ __forceinline__ float4 LoadKv4(const __half* p) {
   const float2 hi = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
   return make_float4(lo.x, lo.y, hi.x, hi.y);
 }
-// Element i of both caches: key k, value v.
-__device__ __forceinline__ void StoreKv(const AttentionLayer& att, int64_t i, float k, float v) {
-  if (att.f16_cache) {
-    static_cast<__half*>(att.k_cache)[i] = __float2half_rn(k);
-    static_cast<__half*>(att.v_cache)[i] = __float2half_rn(v);
-  } else {
-    static_cast<float*>(att.k_cache)[i] = k;
-    static_cast<float*>(att.v_cache)[i] = v;
-  }
-}
+__device__ __forceinline__ void StoreKv(float* p, float x) { *p = x; }
+__device__ __forceinline__ void StoreKv(__half* p, float x) { *p = __float2half_rn(x); }
 
 // The step's new key heads (and, for the team paths, its query heads) are normed and roped inside
 // the attention phase, not in a phase of their own (that phase and its grid barrier cost 6.5 us
@@ -261,6 +256,7 @@ __device__ __forceinline__ void NormRopeHead(const ModelDims& D, const float* sr
 // wait for a flag out of each short item (+1.7% on qwen3-30b-a3b at 512 keys), where a team item
 // norming up to 8 heads for each of its chunks lengthened the phase by 11 us at 16k
 // (docs/perf/megakernel.md, session 30).
+template <class KV>
 __device__ inline void NormRopeHeads(const MixerArgs& A, bool queries, uint8_t* smem) {
   constexpr int kBatch = 4;  // loads a lane issues before its stores (hd / 128 round trips)
   const ModelDims& D = A.dims;
@@ -292,7 +288,8 @@ __device__ inline void NormRopeHeads(const MixerArgs& A, bool queries, uint8_t* 
         for (int b = 0; b < kBatch; ++b) {
           const int d = d0 + 32 * b + Lane();
           if (d < hd) {
-            StoreKv(A.att, at + d, head[d], vb[b]);
+            StoreKv(static_cast<KV*>(A.att.k_cache) + at + d, head[d]);
+            StoreKv(static_cast<KV*>(A.att.v_cache) + at + d, vb[b]);
           }
         }
       }
@@ -809,8 +806,7 @@ __device__ __forceinline__ void HeadPartialsOfKernel(const MixerArgs& A, const A
   AttentionHeadPartials<PL, kRows, KV>(A, S, smem);
 }
 template <int R, class KV>
-__device__ inline void AttentionChunksOf(const MixerArgs& A, const AttentionSplit& S,
-                                         uint8_t* smem) {
+__device__ inline void AttentionChunks(const MixerArgs& A, const AttentionSplit& S, uint8_t* smem) {
   const bool teams = S.team_paths();
   switch (DimsPerLane(A.dims.head_dim)) {
     case 1:
@@ -827,18 +823,13 @@ __device__ inline void AttentionChunksOf(const MixerArgs& A, const AttentionSpli
                    : HeadPartialsOfKernel<R, 8, KV>(A, S, smem);
   }
 }
-template <int R>
-__device__ inline void AttentionChunks(const MixerArgs& A, const AttentionSplit& S, uint8_t* smem) {
-  if (A.att.f16_cache) return AttentionChunksOf<R, __half>(A, S, smem);
-  AttentionChunksOf<R, float>(A, S, smem);
-}
 
 // Attention phase 1 up to the merge: the step's heads, then every chunk's partials.
-template <int R>
+template <int R, class KV>
 __device__ inline void AttentionPartials(const MixerArgs& A, uint8_t* smem) {
   const AttentionSplit S = SplitAttention<R>(A);
-  NormRopeHeads(A, S.team_paths(), smem);
-  AttentionChunks<R>(A, S, smem);
+  NormRopeHeads<KV>(A, S.team_paths(), smem);
+  AttentionChunks<R, KV>(A, S, smem);
 }
 
 // A merging lane's chunks c = Lane(), Lane() + 32, ... of one (row, head)'s partials at chunks,
@@ -1223,7 +1214,7 @@ __device__ void DeltaNetOutput(const MixerArgs& A, uint8_t* smem) {
 
 // Phase `phase` of a mixer layer; kRecurrent: a DeltaNet layer (A.recurrent), else attention.
 // Each layer kind has its own kernel (kernels.cu), so that neither carries the other's code.
-template <int R, bool kRecurrent>
+template <int R, bool kRecurrent, class KV>
 __device__ void MixerPhase(const MixerArgs& A, int phase, uint8_t* smem) {
   if constexpr (kRecurrent) {
     switch (phase) {
@@ -1239,7 +1230,7 @@ __device__ void MixerPhase(const MixerArgs& A, int phase, uint8_t* smem) {
     switch (phase) {
       case 0: MixerProjections<R>(A, smem); break;
       case 1:
-        AttentionPartials<R>(A, smem);
+        AttentionPartials<R, KV>(A, smem);
         AttentionCombine<R>(A);
         break;
       case 2:

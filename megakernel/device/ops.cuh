@@ -79,7 +79,8 @@ __device__ __forceinline__ void RunOneJob(const ActSet& a, const Matrix& m, unsi
   RunJobs<R, kBesideExperts>(Plan().job, 1);
 }
 
-template <int R>
+// KV: the KV cache's element type (device/mixer.cuh's LoadKv), a kernel each as in kernels.cu.
+template <int R, class KV>
 __device__ void MixerOpBody(const MixerArgs& A, MixerOp op, int arg, uint8_t* smem) {
   const ModelDims& D = A.dims;
   const int B = A.in->n_rows, H = D.n_embd;
@@ -104,10 +105,10 @@ __device__ void MixerOpBody(const MixerArgs& A, MixerOp op, int arg, uint8_t* sm
       break;
     }
     case MixerOp::kNormRope:
-      NormRopeHeads(A, SplitAttention<R>(A).team_paths(), smem);
+      NormRopeHeads<KV>(A, SplitAttention<R>(A).team_paths(), smem);
       break;
     case MixerOp::kAttention:
-      AttentionChunks<R>(A, SplitAttention<R>(A), smem);
+      AttentionChunks<R, KV>(A, SplitAttention<R>(A), smem);
       break;
     case MixerOp::kAttentionMerge:
       AttentionCombine<R>(A);
