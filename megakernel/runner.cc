@@ -342,8 +342,7 @@ absl::Status GpuRunner::AllocateState() {
   s.route_ids = reinterpret_cast<int32_t*>(AllocBytes(uint64_t{B} * d.n_layer * k * 4, &vram_.scratch));
   s.argmax = reinterpret_cast<int32_t*>(AllocBytes(uint64_t{B} * 4, &vram_.scratch));
   step_dev_ = reinterpret_cast<StepInput*>(AllocBytes(sizeof(StepInput), &vram_.scratch));
-  const uint64_t flag_bytes =
-      uint64_t{4} * kFlagStride * d.n_layer * d.step_flags_per_layer();
+  const uint64_t flag_bytes = uint64_t{4} * kFlagStride * d.n_layer * d.step_flags_per_layer();
   s.head_ready = reinterpret_cast<uint32_t*>(AllocBytes(flag_bytes, &vram_.scratch));
   const uint64_t chunk_count_bytes = uint64_t{4} * kFlagStride * kMaxRows * d.n_head;
   s.chunks_done = reinterpret_cast<uint32_t*>(AllocBytes(chunk_count_bytes, &vram_.scratch));

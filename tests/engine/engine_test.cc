@@ -46,28 +46,25 @@ TEST(EngineTest, GeneratesFromAnHfDirectoryWithATokenizer) {
   EXPECT_EQ(session->stats().decode_steps, 1);
 }
 
-// --kernels names one of the CUDA backend's launch modes; a misspelt one is refused with the
-// choices, before any weight is read.
-TEST(EngineTest, RefusesUnknownKernelModes) {
+// Engine::Load(o) refuses o as an invalid argument, before any weight is read, with a message
+// that holds `what` (the value it refused and the choices).
+void ExpectRefused(const EngineOptions& o, const std::string& what) {
+  auto e = Engine::Load(o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(e.status().message().find(what), std::string::npos) << e.status();
+}
+
+// --kernels names one of the CUDA backend's launch modes and --cache-type one of the KV cache's
+// element types; a misspelt one is refused with the choices.
+TEST(EngineTest, RefusesUnknownKernelModesAndCacheTypes) {
   EngineOptions o;
   o.model = kHfDir;
   o.kernels = "per-layer";
-  auto e = Engine::Load(o);
-  ASSERT_FALSE(e.ok());
-  EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(e.status().message().find("unknown --kernels 'per-layer'"), std::string::npos);
-  EXPECT_NE(e.status().message().find("megakernel, per-phase or per-op"), std::string::npos);
-}
-
-TEST(EngineTest, RefusesUnknownCacheTypes) {
-  EngineOptions o;
-  o.model = kHfDir;
+  ExpectRefused(o, "unknown --kernels 'per-layer' (choose auto, megakernel, per-phase or per-op)");
+  o.kernels = "auto";
   o.cache_type = "q8_0";
-  auto e = Engine::Load(o);
-  ASSERT_FALSE(e.ok());
-  EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(e.status().message().find("unknown --cache-type 'q8_0' (choose f32 or f16)"),
-            std::string::npos);
+  ExpectRefused(o, "unknown --cache-type 'q8_0' (choose f32 or f16)");
 }
 
 // The CPU backends take --cache-type f16 by rounding as the card does, and say that they keep
