@@ -63,8 +63,9 @@ inline constexpr int kMaxDeltaNetHeadParts = 4;
 // next: a 128-byte line each, so that the warps polling or counting different ones meet in
 // different L2 slices instead of queueing at the one slice of a shared line. Measured on the H200
 // (docs/perf/megakernel.md, session 43): qwen3-30b-a3b's attention phase at 512 keys 14.0 -> 13.5
-// us a layer, where 544 one-head items count on one line; unchanged at 16k keys. It costs 1.8 MB
-// (qwen3-30b-a3b) and 6.3 MB (flash-next-125b) of flags instead of 55 and 197 KB.
+// us a layer, where 544 one-head items count on one line; unchanged at 16k keys. With the flags
+// laid out per layer (step_flags_per_layer) it costs 1.8 MB (qwen3-30b-a3b) and 0.9 MB
+// (flash-next-125b) of flags instead of 55 and 28 KB.
 inline constexpr int kFlagStride = 32;
 
 struct ModelDims {

@@ -56,6 +56,15 @@ const void* OpKernelOf(Half half, int rows_variant, bool f16_cache = false) {
   return nullptr;
 }
 
+// The kernels of one half in per-op mode, into `kernels`; returns how many: the mixer's for an f32
+// and an f16 KV cache, one for the other halves.
+int OpKernels(Half half, int rows_variant, const void* (&kernels)[2]) {
+  kernels[0] = OpKernelOf(half, rows_variant);
+  if (half != Half::kMixer) return 1;
+  kernels[1] = OpKernelOf(half, rows_variant, true);
+  return 2;
+}
+
 // One launch: operation `op` with its argument, on one block or on the whole grid.
 struct OpLaunch {
   int op = 0;
@@ -151,10 +160,11 @@ int PerOpLaunches(const HeadArgs&) {
 }
 
 cudaError_t PrepareOps(Half half, int rows_variant, int64_t smem) {
-  for (bool f16_cache : {false, true}) {
-    if (cudaError_t e = cudaFuncSetAttribute(OpKernelOf(half, rows_variant, f16_cache),
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(smem));
+  const void* kernels[2];
+  const int n_kernels = OpKernels(half, rows_variant, kernels);
+  for (int i = 0; i < n_kernels; ++i) {
+    if (cudaError_t e = cudaFuncSetAttribute(
+            kernels[i], cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
         e != cudaSuccess) {
       return e;
     }
@@ -164,13 +174,11 @@ cudaError_t PrepareOps(Half half, int rows_variant, int64_t smem) {
 
 cudaError_t OpsStaticSmem(Half half, int rows_variant, int64_t* bytes) {
   *bytes = 0;
-  for (bool f16_cache : {false, true}) {
+  const void* kernels[2];
+  const int n_kernels = OpKernels(half, rows_variant, kernels);
+  for (int i = 0; i < n_kernels; ++i) {
     cudaFuncAttributes attributes;
-    if (cudaError_t e =
-            cudaFuncGetAttributes(&attributes, OpKernelOf(half, rows_variant, f16_cache));
-        e != cudaSuccess) {
-      return e;
-    }
+    if (cudaError_t e = cudaFuncGetAttributes(&attributes, kernels[i]); e != cudaSuccess) return e;
     *bytes = std::max(*bytes, static_cast<int64_t>(attributes.sharedSizeBytes));
   }
   return cudaSuccess;

@@ -137,8 +137,7 @@ absl::Status CheckBudget(const VramPlan& plan, uint64_t budget, const std::strin
                    ", caches and states ", FormatBytes(plan.caches), " at context ", n_ctx,
                    ") plus scratch, over the VRAM budget of ", FormatBytes(budget),
                    "; raise --vram-budget, lower --ctx, use --cache-type f16, or use --backend cpu "
-                   "(experts in host RAM on the GPU "
-                   "path are not built yet)"));
+                   "(experts in host RAM on the GPU path are not built yet)"));
 }
 
 }  // namespace tandem::megakernel

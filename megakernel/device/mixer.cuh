@@ -208,6 +208,13 @@ __device__ __forceinline__ uint32_t* ChunksDone(const MixerArgs& A, int row, int
   return A.s.chunks_done + (row * A.dims.n_head + head) * kFlagStride;
 }
 
+// Zeroes the step's chunk counters for the next attention layer, once every merge is done: this
+// thread takes counters first, first + stride, ...
+__device__ __forceinline__ void ZeroChunkCounts(const MixerArgs& A, int first, int stride) {
+  const int nh = A.dims.n_head;
+  for (int i = first; i < A.in->n_rows * nh; i += stride) *ChunksDone(A, i / nh, i % nh) = 0;
+}
+
 // After the warp's partials of n (row, head) pairs (n ≤ 32), the i-th being (r + i * dr, h + i *
 // dh): lane i's release increment of the i-th's counter, all at once. Lane 0 making them one after
 // another cost a device-scope fence and a round trip each, eight per team item (qwen3-30b-a3b at
@@ -910,10 +917,7 @@ template <int R>
 __device__ void AttentionOutput(const MixerArgs& A, uint8_t* smem) {
   const ModelDims& D = A.dims;
   const int B = A.in->n_rows, cols = D.n_head * D.head_dim;
-  for (int i = blockIdx.x * kBlockThreads + threadIdx.x; i < B * D.n_head;
-       i += gridDim.x * kBlockThreads) {
-    A.s.chunks_done[i * kFlagStride] = 0;
-  }
+  ZeroChunkCounts(A, blockIdx.x * kBlockThreads + threadIdx.x, gridDim.x * kBlockThreads);
   uint8_t* cursor = smem;
   float* unused;
   ActSet a = CarveActs(cursor, B, cols, false, &unused);

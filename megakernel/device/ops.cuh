@@ -125,8 +125,7 @@ __device__ void MixerOpBody(const MixerArgs& A, MixerOp op, int arg, uint8_t* sm
     case MixerOp::kOutQuantize:
       if (!A.recurrent) {
         // Every merge is done (the previous launch), as in AttentionOutput.
-        for (int i = threadIdx.x; i < B * D.n_head; i += kBlockThreads)
-          A.s.chunks_done[i * kFlagStride] = 0;
+        ZeroChunkCounts(A, threadIdx.x, kBlockThreads);
       }
       QuantizeActs(MixerOutActs(A, B), B);
       break;
