@@ -168,6 +168,14 @@ __device__ __forceinline__ ActSet NormedActs(uint8_t*& cursor, const float* src,
 
 __device__ __forceinline__ unsigned RowMask(int n_rows) { return (1u << n_rows) - 1u; }
 
+// The step's rows in a kernel of R rows. The one-row kernels run only one-row steps
+// (RowsVariant), so they know B without a load: their prologues' first loads (the residual, the
+// attention output) need not wait for the step input's round trip at the start of every phase.
+template <int R>
+__device__ __forceinline__ int StepRows(const StepInput* in) {
+  return R == 1 ? 1 : in->n_rows;
+}
+
 enum class OutMode : int32_t { kStore = 0, kAdd = 1, kSwiGlu = 2 };
 
 // One matrix-vector product of a phase: out[o(r)][row] (op)= m[row] · act[a(r)] for the step

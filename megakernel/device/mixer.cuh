@@ -52,7 +52,7 @@ static_assert(QueryRowsPerWarp(1) <= kMaxQueryRowsPerWarp, "the partials buffer'
 template <int R>
 __device__ __forceinline__ AttentionSplit SplitAttention(const MixerArgs& A) {
   const ModelDims& D = A.dims;
-  const int B = A.in->n_rows, group = D.n_head / D.n_head_kv;
+  const int B = StepRows<R>(A.in), group = D.n_head / D.n_head_kv;
   const int n_keys = A.in->first_pos + B;
   const int key_blocks = (n_keys + 31) / 32;
   AttentionSplit s;
@@ -101,7 +101,7 @@ __host__ __device__ inline int InputProjectionCount(const MixerArgs& A) {
 template <int R>
 __device__ void MixerProjections(const MixerArgs& A, uint8_t* smem) {
   const ModelDims& D = A.dims;
-  const int B = A.in->n_rows;
+  const int B = StepRows<R>(A.in);
   uint8_t* cursor = smem;
   const ActSet* act =
       PublishActs(0, NormedActs<PrologueBatch(R)>(cursor, A.s.x, B, D.n_embd, A.norm, D.rms_eps));
@@ -210,9 +210,10 @@ __device__ __forceinline__ uint32_t* ChunksDone(const MixerArgs& A, int row, int
 
 // Zeroes the step's chunk counters for the next attention layer, once every merge is done: this
 // thread takes counters first, first + stride, ...
+template <int R>
 __device__ __forceinline__ void ZeroChunkCounts(const MixerArgs& A, int first, int stride) {
   const int nh = A.dims.n_head;
-  for (int i = first; i < A.in->n_rows * nh; i += stride) *ChunksDone(A, i / nh, i % nh) = 0;
+  for (int i = first; i < StepRows<R>(A.in) * nh; i += stride) *ChunksDone(A, i / nh, i % nh) = 0;
 }
 
 // After the warp's partials of n (row, head) pairs (n ≤ 32), the i-th being (r + i * dr, h + i *
@@ -263,11 +264,11 @@ __device__ __forceinline__ void NormRopeHead(const ModelDims& D, const float* sr
 // wait for a flag out of each short item (+1.7% on qwen3-30b-a3b at 512 keys), where a team item
 // norming up to 8 heads for each of its chunks lengthened the phase by 11 us at 16k
 // (docs/perf/megakernel.md, session 30).
-template <class KV>
+template <int R, class KV>
 __device__ inline void NormRopeHeads(const MixerArgs& A, bool queries, uint8_t* smem) {
   constexpr int kBatch = 4;  // loads a lane issues before its stores (hd / 128 round trips)
   const ModelDims& D = A.dims;
-  const int B = A.in->n_rows, hd = D.head_dim, n_kv = D.n_head_kv;
+  const int B = StepRows<R>(A.in), hd = D.head_dim, n_kv = D.n_head_kv;
   const int q_stride = D.q_head_stride();
   const int per_row = n_kv + (queries ? D.n_head : 0);
   float* head = reinterpret_cast<float*>(smem + Warp() * kAttentionBytesPerWarp);
@@ -835,7 +836,7 @@ __device__ inline void AttentionChunks(const MixerArgs& A, const AttentionSplit&
 template <int R, class KV>
 __device__ inline void AttentionPartials(const MixerArgs& A, uint8_t* smem) {
   const AttentionSplit S = SplitAttention<R>(A);
-  NormRopeHeads<KV>(A, S.team_paths(), smem);
+  NormRopeHeads<R, KV>(A, S.team_paths(), smem);
   AttentionChunks<R, KV>(A, S, smem);
 }
 
@@ -877,7 +878,7 @@ __device__ __forceinline__ void MergeLaneChunks(const float* chunks, int n_chunk
 template <int R>
 __device__ inline void AttentionCombine(const MixerArgs& A) {
   const ModelDims& D = A.dims;
-  const int B = A.in->n_rows, hd = D.head_dim, nh = D.n_head;
+  const int B = StepRows<R>(A.in), hd = D.head_dim, nh = D.n_head;
   const int q_stride = D.q_head_stride();
   const int n_chunks = SplitAttention<R>(A).n_chunks;
   const int part_len = kAttnPartHeader + hd;
@@ -916,8 +917,8 @@ __device__ inline void AttentionCombine(const MixerArgs& A) {
 template <int R>
 __device__ void AttentionOutput(const MixerArgs& A, uint8_t* smem) {
   const ModelDims& D = A.dims;
-  const int B = A.in->n_rows, cols = D.n_head * D.head_dim;
-  ZeroChunkCounts(A, blockIdx.x * kBlockThreads + threadIdx.x, gridDim.x * kBlockThreads);
+  const int B = StepRows<R>(A.in), cols = D.n_head * D.head_dim;
+  ZeroChunkCounts<R>(A, blockIdx.x * kBlockThreads + threadIdx.x, gridDim.x * kBlockThreads);
   uint8_t* cursor = smem;
   float* unused;
   ActSet a = CarveActs(cursor, B, cols, false, &unused);
@@ -985,7 +986,7 @@ template <int R>
 __device__ __forceinline__ void ConvChannel(const MixerArgs& A, int c, float* out, int out_stride,
                                             bool snaps, float (&next)[kMaxConvKernel - 1]) {
   const ModelDims& D = A.dims;
-  const int B = A.in->n_rows, K = D.ssm_conv_kernel, conv_dim = D.ssm_conv_dim();
+  const int B = StepRows<R>(A.in), K = D.ssm_conv_kernel, conv_dim = D.ssm_conv_dim();
   constexpr int kTaps = kMaxConvKernel, kState = kMaxConvKernel - 1;
   float w[kTaps], st[kState], x[R];
 #pragma unroll
@@ -1039,7 +1040,7 @@ __device__ __forceinline__ int DeltaNetHeadParts(const ModelDims& D, int n_chunk
 template <int R>
 __device__ inline void DeltaNetConvRule(const MixerArgs& A, uint8_t* smem) {
   const ModelDims& D = A.dims;
-  const int B = A.in->n_rows;
+  const int B = StepRows<R>(A.in);
   const int n_k = D.ssm_n_k, n_v = D.ssm_n_v, dk = D.ssm_dk, dv = D.ssm_dv;
   const int key_dim = n_k * dk, conv_dim = D.ssm_conv_dim(), d_inner = D.ssm_d_inner();
   const int rr = n_v / n_k, K = D.ssm_conv_kernel;
@@ -1181,9 +1182,10 @@ __device__ inline void DeltaNetConvRule(const MixerArgs& A, uint8_t* smem) {
 
 // xs[r] = RMSNorm(delta-rule output of each value head) * ssm_norm * silu(z), a warp per (row,
 // head): items first, first + step, ...
+template <int R>
 __device__ __forceinline__ void GatedNormHeads(const MixerArgs& A, float* xs, int first, int step) {
   const ModelDims& D = A.dims;
-  const int B = A.in->n_rows, dv = D.ssm_dv, n_v = D.ssm_n_v, d_inner = D.ssm_d_inner();
+  const int B = StepRows<R>(A.in), dv = D.ssm_dv, n_v = D.ssm_n_v, d_inner = D.ssm_d_inner();
   const int conv_dim = D.ssm_conv_dim();
   for (int it = first; it < B * n_v; it += step) {
     const int r = it / n_v, j = it % n_v;
@@ -1204,11 +1206,11 @@ __device__ __forceinline__ void GatedNormHeads(const MixerArgs& A, float* xs, in
 template <int R>
 __device__ void DeltaNetOutput(const MixerArgs& A, uint8_t* smem) {
   const ModelDims& D = A.dims;
-  const int B = A.in->n_rows, d_inner = D.ssm_d_inner();
+  const int B = StepRows<R>(A.in), d_inner = D.ssm_d_inner();
   uint8_t* cursor = smem;
   float* xs;
   ActSet a = CarveActs(cursor, B, d_inner, true, &xs);
-  GatedNormHeads(A, xs, Warp(), kWarpsPerBlock);
+  GatedNormHeads<R>(A, xs, Warp(), kWarpsPerBlock);
   __syncthreads();
   QuantizeRows<PrologueBatch(R)>(xs, d_inner, B, a);
   SetJob(0, A.dn.out, PublishActs(0, a), RowMask(B), A.s.x, D.n_embd, OutMode::kAdd);

@@ -30,7 +30,7 @@ inline constexpr int kMoePhases = 4;
 template <int R>
 __device__ void RouteRows(const MoeArgs& A, RouteTable& rt, uint8_t* scratch) {
   const ModelDims& D = A.dims;
-  const int B = A.in->n_rows, E = D.n_expert, k = D.n_expert_used;
+  const int B = StepRows<R>(A.in), E = D.n_expert, k = D.n_expert_used;
   uint32_t* expert_rows = reinterpret_cast<uint32_t*>(scratch);
   float* logits = reinterpret_cast<float*>(scratch + Align16(int64_t{E} * 4));
   for (int e = threadIdx.x; e < E; e += kBlockThreads) expert_rows[e] = 0;
@@ -207,7 +207,7 @@ __device__ void RouteRows(const MoeArgs& A, RouteTable& rt, uint8_t* scratch) {
 template <int R>
 __device__ void MoeRouterPhase(const MoeArgs& A, uint8_t* smem) {
   const ModelDims& D = A.dims;
-  const int B = A.in->n_rows;
+  const int B = StepRows<R>(A.in);
   uint8_t* cursor = smem;
   const ActSet* act =
       PublishActs(0, NormedActs<PrologueBatch(R)>(cursor, A.s.x, B, D.n_embd, A.norm, D.rms_eps));
@@ -358,7 +358,7 @@ __device__ __forceinline__ void RunExpertUp(const MoeArgs& A, const RouteTable& 
 template <int R>
 __device__ void MoeExpertUpPhase(const MoeArgs& A, uint8_t* smem, bool router_in_launch) {
   const ModelDims& D = A.dims;
-  const int B = A.in->n_rows, H = D.n_embd;
+  const int B = StepRows<R>(A.in), H = D.n_embd;
   uint8_t* cursor = smem;
   float* xs;
   ActSet a = CarveActs(cursor, B, H, true, &xs);  // the layout of phase 0's NormedActs
@@ -429,10 +429,11 @@ __device__ void MoeExpertDownPhase(const MoeArgs& A, uint8_t* smem) {
 
 // Phase 3: x[r] += Σ weight · expert output (ascending expert id, as the reference sums) +
 // sigmoid(gate) · shared expert (+ the CPU's partial sum for off-card experts).
+template <int R>
 __device__ inline void MoeCombinePhase(const MoeArgs& A) {
   const ModelDims& D = A.dims;
   const RouteTable& rt = *reinterpret_cast<const RouteTable*>(A.s.routes);
-  const int B = A.in->n_rows, H = D.n_embd, k = D.n_expert_used;
+  const int B = StepRows<R>(A.in), H = D.n_embd, k = D.n_expert_used;
   if (rt.n_off_card > 0 && A.mailbox != nullptr) {
     // Wait for the CPU's partial sum (acquire pairs with the host's release store of done).
     cuda::atomic_ref<uint32_t, cuda::thread_scope_system> done(A.mailbox->done);
@@ -464,7 +465,7 @@ __device__ void MoePhase(const MoeArgs& A, int phase, int begin, uint8_t* smem) 
       MoeExpertUpPhase<R>(A, smem, begin == 0);
       break;
     case 2: MoeExpertDownPhase<R>(A, smem); break;
-    case 3: MoeCombinePhase(A); break;
+    case 3: MoeCombinePhase<R>(A); break;
   }
 }
 

@@ -83,7 +83,7 @@ __device__ __forceinline__ void RunOneJob(const ActSet& a, const Matrix& m, unsi
 template <int R, class KV>
 __device__ void MixerOpBody(const MixerArgs& A, MixerOp op, int arg, uint8_t* smem) {
   const ModelDims& D = A.dims;
-  const int B = A.in->n_rows, H = D.n_embd;
+  const int B = StepRows<R>(A.in), H = D.n_embd;
   const unsigned mask = RowMask(B);
   switch (op) {
     case MixerOp::kNorm:
@@ -105,7 +105,7 @@ __device__ void MixerOpBody(const MixerArgs& A, MixerOp op, int arg, uint8_t* sm
       break;
     }
     case MixerOp::kNormRope:
-      NormRopeHeads<KV>(A, SplitAttention<R>(A).team_paths(), smem);
+      NormRopeHeads<R, KV>(A, SplitAttention<R>(A).team_paths(), smem);
       break;
     case MixerOp::kAttention:
       AttentionChunks<R, KV>(A, SplitAttention<R>(A), smem);
@@ -119,13 +119,13 @@ __device__ void MixerOpBody(const MixerArgs& A, MixerOp op, int arg, uint8_t* sm
     case MixerOp::kGatedNorm: {
       float* xs;
       OpActs(A.s, 1, B, D.ssm_d_inner(), true, &xs);  // MixerOutActs' rows
-      GatedNormHeads(A, xs, GlobalWarp(), GridWarps());
+      GatedNormHeads<R>(A, xs, GlobalWarp(), GridWarps());
       break;
     }
     case MixerOp::kOutQuantize:
       if (!A.recurrent) {
         // Every merge is done (the previous launch), as in AttentionOutput.
-        ZeroChunkCounts(A, threadIdx.x, kBlockThreads);
+        ZeroChunkCounts<R>(A, threadIdx.x, kBlockThreads);
       }
       QuantizeActs(MixerOutActs(A, B), B);
       break;
@@ -139,7 +139,7 @@ __device__ void MixerOpBody(const MixerArgs& A, MixerOp op, int arg, uint8_t* sm
 template <int R>
 __device__ void MoeOpBody(const MoeArgs& A, MoeOp op, uint8_t* smem) {
   const ModelDims& D = A.dims;
-  const int B = A.in->n_rows, H = D.n_embd;
+  const int B = StepRows<R>(A.in), H = D.n_embd;
   const unsigned mask = RowMask(B);
   const RouteTable& routes = *reinterpret_cast<const RouteTable*>(A.s.routes);
   switch (op) {
@@ -187,7 +187,7 @@ __device__ void MoeOpBody(const MoeArgs& A, MoeOp op, uint8_t* smem) {
       break;
     }
     case MoeOp::kCombine:
-      MoeCombinePhase(A);
+      MoeCombinePhase<R>(A);
       break;
   }
 }
