@@ -55,10 +55,28 @@ __device__ __forceinline__ void AllowNextLaunch() {
 // change to the delta rule moved attention phase times by 2-20 us, session 25). KV: the attention
 // layers' KV cache element (float, or __half for --cache-type f16), a kernel each for the same
 // reason (device/mixer.cuh's LoadKv).
+// Before griddepcontrol.wait, while the previous launch drains: what a launch's first phase reads
+// that no earlier launch writes. Its arguments are new in every launch, so their constant-cache
+// lines are cold (each thread below < kLines touches one 64-byte line), and its RMSNorm weights
+// `norm` (cols floats) are requested into L1, a line a thread.
+template <class Args>
+__device__ __forceinline__ void WarmBeforeWait(const Args& args, const float* norm, int cols) {
+  constexpr int kLines = static_cast<int>((sizeof(Args) + 63) / 64);
+  static_assert(kLines <= kBlockThreads, "");
+  if (static_cast<int>(threadIdx.x) < kLines) {
+    const uint32_t word = reinterpret_cast<const uint32_t*>(&args)[threadIdx.x * 16];
+    asm volatile("" ::"r"(word));
+  }
+  for (int i = static_cast<int>(threadIdx.x) * 32; i < cols; i += kBlockThreads * 32) {
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(norm + i));
+  }
+}
+
 template <int R, bool kRecurrent, class KV>
 __global__ void __launch_bounds__(kBlockThreads)
     MixerKernel(const __grid_constant__ MixerArgs args, int begin, int end) {
   extern __shared__ __align__(16) uint8_t smem[];
+  if (begin == 0) WarmBeforeWait(args, args.norm, args.dims.n_embd);
   WaitForPreviousLaunch();
   for (int p = begin; p < end; ++p) {
     if (p > begin) cg::this_grid().sync();
@@ -73,6 +91,7 @@ template <int R>
 __global__ void __launch_bounds__(kBlockThreads) MoeKernel(const __grid_constant__ MoeArgs args, int begin,
                                                                         int end) {
   extern __shared__ __align__(16) uint8_t smem[];
+  if (begin == 0) WarmBeforeWait(args, args.norm, args.dims.n_embd);
   WaitForPreviousLaunch();
   for (int p = begin; p < end; ++p) {
     if (p > begin) cg::this_grid().sync();
