@@ -465,7 +465,9 @@ __device__ void MoePhase(const MoeArgs& A, int phase, int begin, uint8_t* smem) 
       MoeExpertUpPhase<R>(A, smem, begin == 0);
       break;
     case 2: MoeExpertDownPhase<R>(A, smem); break;
-    case 3: MoeCombinePhase<R>(A); break;
+    case 3:
+      MoeCombinePhase<R>(A);
+      break;
   }
 }
 
