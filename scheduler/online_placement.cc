@@ -30,8 +30,9 @@ absl::StatusOr<std::unique_ptr<OnlinePlacement>> OnlinePlacement::Create(
     if (options.vram_budget == 0) {
       return absl::InvalidArgumentError("--placement auto needs --vram-budget (e.g. 24GiB)");
     }
-    TANDEM_ASSIGN_OR_RETURN(p->memory_, ComputeMemoryBudget(model, options.vram_budget,
-                                                            options.context, options.scratch_bytes));
+    TANDEM_ASSIGN_OR_RETURN(p->memory_,
+                            ComputeMemoryBudget(model, options.vram_budget, options.context,
+                                                options.kv_cache, options.scratch_bytes));
     // Until the warm-up has been observed every expert is equally likely: the uniform policy.
     Census flat = p->census_;
     flat.tokens = 1;
@@ -61,17 +62,27 @@ absl::StatusOr<std::unique_ptr<OnlinePlacement>> OnlinePlacement::Create(
         absl::StrFormat("%016x", plan.model_fingerprint), " vs ",
         absl::StrFormat("%016x", fingerprint), ")"));
   }
+  // The plan's byte accounting holds where the engine runs as the plan assumed; otherwise it is
+  // recounted for the engine's budget (the plan's unless given), context and KV cache, so that a
+  // plan made for a shorter context or an f16 cache cannot over-commit the card.
   p->memory_ = plan.memory;
-  if (options.vram_budget != 0 && options.vram_budget != plan.memory.vram_budget) {
-    TANDEM_ASSIGN_OR_RETURN(p->memory_, ComputeMemoryBudget(model, options.vram_budget,
-                                                            options.context, options.scratch_bytes));
+  const uint64_t budget = options.vram_budget != 0 ? options.vram_budget : plan.memory.vram_budget;
+  if (budget != plan.memory.vram_budget || options.context != plan.memory.context ||
+      options.kv_cache != plan.memory.kv_cache) {
+    TANDEM_ASSIGN_OR_RETURN(p->memory_,
+                            ComputeMemoryBudget(model, budget, options.context, options.kv_cache,
+                                                plan.memory.scratch_bytes));
   }
   p->bytes_per_expert_ = in.bytes_per_expert;
   p->residency_ = plan.resident;
   if (p->resident_bytes() > p->memory_.expert_budget()) {
     return absl::FailedPreconditionError(absl::StrCat(
         options.source, ": the plan keeps ", FormatBytes(p->resident_bytes()),
-        " of experts resident but the budget leaves ", FormatBytes(p->memory_.expert_budget())));
+        " of experts resident but the budget leaves ", FormatBytes(p->memory_.expert_budget()),
+        " at ", p->memory_.context, " tokens of ", KvCacheName(p->memory_.kv_cache),
+        " KV cache (the plan counted ", plan.memory.context, " tokens of ",
+        KvCacheName(plan.memory.kv_cache), "); make it again with the engine's --context and "
+        "--cache-type"));
   }
   p->description_ = absl::StrCat(options.source, " (", PolicyName(plan.policy), ")",
                                  options.replan_every > 0

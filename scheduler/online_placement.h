@@ -21,6 +21,7 @@ struct PlacementOptions {
   std::string source;        // "auto" or a plan.json path
   uint64_t vram_budget = 0;  // bytes; required for auto and for re-planning
   int context = 4096;        // tokens of KV cache the budget must hold
+  KvCache kv_cache = KvCache::kF32;  // the engine's --cache-type
   uint64_t scratch_bytes = kDefaultScratchBytes;
   int replan_every = 0;      // re-plan from the observed census every N tokens; 0: never (file plan)
   // auto: tokens observed before the first plan; until then the residency is the uniform policy's.

@@ -305,8 +305,19 @@ std::vector<int> ByProbability(const CostInputs& in, int l) {
 
 }  // namespace
 
+absl::StatusOr<KvCache> ParseKvCache(const std::string& name) {
+  for (KvCache kv : {KvCache::kF32, KvCache::kF16}) {
+    if (name == KvCacheName(kv)) return kv;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown --cache-type '", name, "' (choose f32 or f16)"));
+}
+
+const char* KvCacheName(KvCache kv) { return kv == KvCache::kF16 ? "f16" : "f32"; }
+
 absl::StatusOr<MemoryBudget> ComputeMemoryBudget(const model::Model& model, uint64_t vram_budget,
-                                                 int context, uint64_t scratch_bytes) {
+                                                 int context, KvCache kv_cache,
+                                                 uint64_t scratch_bytes) {
   const model::HParams& hp = model.hparams();
   const model::TensorMap map(hp);
   const model::ValidationReport report = model::ValidateTensors(map, model.tensors());
@@ -318,12 +329,13 @@ absl::StatusOr<MemoryBudget> ComputeMemoryBudget(const model::Model& model, uint
   MemoryBudget m;
   m.vram_budget = vram_budget;
   m.context = context;
+  m.kv_cache = kv_cache;
   m.scratch_bytes = scratch_bytes;
   m.dense_bytes = report.total_bytes - report.expert_bytes() - report.mtp_bytes;
   int attention = 0, recurrent = 0;
   for (int l = 0; l < hp.n_layer; ++l) (hp.IsRecurrentLayer(l) ? recurrent : attention) += 1;
   m.kv_bytes = uint64_t(attention) * uint64_t(context) * 2 /*K and V*/ * uint64_t(hp.n_head_kv) *
-               uint64_t(hp.head_dim) * 2 /*fp16*/;
+               uint64_t(hp.head_dim) * (kv_cache == KvCache::kF16 ? 2 : 4);
   if (recurrent > 0) {
     const uint64_t conv = uint64_t(std::max(0, hp.ssm_conv_kernel - 1)) * hp.ssm_conv_dim() * 4;
     const uint64_t ssm = uint64_t(hp.ssm_dt_rank) * hp.ssm_d_state * hp.head_v_dim() * 4;
@@ -333,7 +345,8 @@ absl::StatusOr<MemoryBudget> ComputeMemoryBudget(const model::Model& model, uint
     return absl::ResourceExhaustedError(absl::StrCat(
         "--vram-budget ", FormatBytes(vram_budget), " (", vram_budget,
         " bytes) is too small: dense weights ", FormatBytes(m.dense_bytes), " + KV cache ",
-        FormatBytes(m.kv_bytes), " at ", context, " tokens + DeltaNet state ",
+        FormatBytes(m.kv_bytes), " (", KvCacheName(kv_cache), ") at ", context,
+        " tokens + DeltaNet state ",
         FormatBytes(m.deltanet_bytes), " + scratch ", FormatBytes(m.scratch_bytes), " need ",
         FormatBytes(m.needed_without_experts()), " (", m.needed_without_experts(),
         " bytes) before any expert"));
@@ -495,6 +508,7 @@ nlohmann::json PlanToJson(const Plan& plan) {
   j["memory"] = {{"vram_budget", plan.memory.vram_budget},
                  {"dense_bytes", plan.memory.dense_bytes},
                  {"kv_bytes", plan.memory.kv_bytes},
+                 {"cache_type", KvCacheName(plan.memory.kv_cache)},
                  {"deltanet_bytes", plan.memory.deltanet_bytes},
                  {"scratch_bytes", plan.memory.scratch_bytes},
                  {"context", plan.memory.context}};
@@ -560,6 +574,14 @@ absl::StatusOr<Plan> PlanFromJson(const nlohmann::json& j, const std::string& na
     plan.memory.vram_budget = mem.at("vram_budget").get<uint64_t>();
     plan.memory.dense_bytes = mem.at("dense_bytes").get<uint64_t>();
     plan.memory.kv_bytes = mem.at("kv_bytes").get<uint64_t>();
+    // Plans written before the key counted an fp16 cache.
+    const std::string cache_type = mem.value("cache_type", std::string("f16"));
+    auto kv_cache = ParseKvCache(cache_type);
+    if (!kv_cache.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": memory.cache_type '", cache_type, "' is neither f32 nor f16"));
+    }
+    plan.memory.kv_cache = *kv_cache;
     plan.memory.deltanet_bytes = mem.at("deltanet_bytes").get<uint64_t>();
     plan.memory.scratch_bytes = mem.at("scratch_bytes").get<uint64_t>();
     plan.memory.context = mem.at("context").get<int>();

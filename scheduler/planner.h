@@ -32,10 +32,17 @@ struct Ceilings {
 // Scratch kept free for activations, router outputs and mailboxes: the documented default.
 inline constexpr uint64_t kDefaultScratchBytes = uint64_t{512} << 20;
 
+// The attention layers' KV cache element, as the engine's --cache-type sets it (f32 is its
+// default): 4 or 2 bytes an element of the budget's KV cache.
+enum class KvCache { kF32, kF16 };
+absl::StatusOr<KvCache> ParseKvCache(const std::string& name);  // "f32" or "f16"
+const char* KvCacheName(KvCache kv);
+
 struct MemoryBudget {
   uint64_t vram_budget = 0;
   uint64_t dense_bytes = 0;     // every non-expert tensor (embeddings, output, dense blocks)
-  uint64_t kv_bytes = 0;        // fp16 K and V of the attention layers at `context` tokens
+  uint64_t kv_bytes = 0;        // K and V of the attention layers at `context` tokens
+  KvCache kv_cache = KvCache::kF32;  // kv_bytes' element
   uint64_t deltanet_bytes = 0;  // fp32 conv + recurrent state of the DeltaNet layers
   uint64_t scratch_bytes = 0;
   int context = 0;
@@ -50,7 +57,8 @@ struct MemoryBudget {
 // Byte accounting from the model's ValidationReport; an error naming the needed bytes when the
 // dense weights, caches and scratch alone exceed the budget.
 absl::StatusOr<MemoryBudget> ComputeMemoryBudget(const model::Model& model, uint64_t vram_budget,
-                                                 int context, uint64_t scratch_bytes);
+                                                 int context, KvCache kv_cache,
+                                                 uint64_t scratch_bytes);
 
 // Everything the objective needs, independent of the model file (stored in plan.json).
 struct CostInputs {

@@ -333,11 +333,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& option
         absl::StrCat("unknown --kernels '", options.kernels,
                      "' (choose auto, megakernel, per-phase or per-op)"));
   }
-  if (options.cache_type != "f32" && options.cache_type != "f16") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown --cache-type '", options.cache_type, "' (choose f32 or f16)"));
-  }
-  engine->f16_kv_cache_ = options.cache_type == "f16";
+  TANDEM_ASSIGN_OR_RETURN(const scheduler::KvCache kv_cache,
+                          scheduler::ParseKvCache(options.cache_type));
+  engine->f16_kv_cache_ = kv_cache == scheduler::KvCache::kF16;
   const std::string cuda_unavailable = CudaBackendUnavailableReason();
   if (options.backend == "cuda" && !cuda_unavailable.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -462,6 +460,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& option
     po.source = options.placement;
     po.vram_budget = options.vram_budget;
     po.context = engine->n_ctx_;
+    po.kv_cache = kv_cache;
     po.replan_every = options.replan_every;
     TANDEM_ASSIGN_OR_RETURN(engine->placement_,
                             scheduler::OnlinePlacement::Create(

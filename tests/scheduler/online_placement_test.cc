@@ -30,7 +30,7 @@ PlacementOptions OptionsFor(const model::Model& m, int experts_per_layer) {
   o.context = 64;
   o.scratch_bytes = 0;
   o.warmup_tokens = 8;
-  auto mem = ComputeMemoryBudget(m, uint64_t{1} << 40, o.context, 0);
+  auto mem = ComputeMemoryBudget(m, uint64_t{1} << 40, o.context, o.kv_cache, 0);
   EXPECT_TRUE(mem.ok());
   const model::TensorMap map(m.hparams());
   const model::ValidationReport report = model::ValidateTensors(map, m.tensors());
@@ -85,13 +85,12 @@ TEST(OnlinePlacementTest, AutoPlansAfterWarmupAndFollowsTheRouting) {
   EXPECT_EQ((*p)->hits() + (*p)->misses(), uint64_t(22 * hp.n_layer * 2));
 }
 
-TEST(OnlinePlacementTest, PlanFileIsAppliedAndRefusedForAnotherModel) {
-  auto m = Describe("tiny-qwen3next");
-  ASSERT_NE(m, nullptr);
-  const model::HParams& hp = m->hparams();
-  PlacementOptions o = OptionsFor(*m, 3);
+// A plan for the budget and context of `o` (fingerprint 42) from a census in which every layer
+// routes to experts 3 and 4, written to a temporary plan.json.
+Plan WritePlan(const model::Model& m, const PlacementOptions& o, const fs::path& path) {
+  const model::HParams& hp = m.hparams();
   Census c;
-  c.model_name = m->source();
+  c.model_name = m.source();
   c.n_layer = hp.n_layer;
   c.n_expert = hp.n_expert;
   c.k = hp.n_expert_used;
@@ -102,13 +101,29 @@ TEST(OnlinePlacementTest, PlanFileIsAppliedAndRefusedForAnotherModel) {
     c.counts[size_t(l) * hp.n_expert + 4] = 100;
   }
   c.mass.assign(c.counts.size(), 0.0);
-  auto in = MakeCostInputs(*m, c, Ceilings());
-  ASSERT_TRUE(in.ok()) << in.status();
-  auto mem = ComputeMemoryBudget(*m, o.vram_budget, o.context, 0);
-  ASSERT_TRUE(mem.ok());
-  const Plan plan = MakePlan(*in, *mem, Policy::kPlanner, m->source(), 42);
-  const fs::path path = fs::temp_directory_path() / ("tandem_plan_" + std::to_string(::getpid()) + ".json");
+  auto in = MakeCostInputs(m, c, Ceilings());
+  EXPECT_TRUE(in.ok()) << in.status();
+  auto mem = ComputeMemoryBudget(m, o.vram_budget, o.context, o.kv_cache, 0);
+  EXPECT_TRUE(mem.ok()) << mem.status();
+  if (!in.ok() || !mem.ok()) return Plan();
+  const Plan plan = MakePlan(*in, *mem, Policy::kPlanner, m.source(), 42);
   std::ofstream(path) << PlanToJson(plan).dump();
+  return plan;
+}
+
+fs::path TempPlanPath(const std::string& tag) {
+  return fs::temp_directory_path() /
+         ("tandem_plan_" + tag + "_" + std::to_string(::getpid()) + ".json");
+}
+
+TEST(OnlinePlacementTest, PlanFileIsAppliedAndRefusedForAnotherModel) {
+  auto m = Describe("tiny-qwen3next");
+  ASSERT_NE(m, nullptr);
+  const model::HParams& hp = m->hparams();
+  PlacementOptions o = OptionsFor(*m, 3);
+  const fs::path path = TempPlanPath("model");
+  const Plan plan = WritePlan(*m, o, path);
+  ASSERT_EQ(plan.resident.size(), size_t(hp.n_layer) * hp.n_expert);
 
   o.source = path.string();
   auto p = OnlinePlacement::Create(*m, 42, o);
@@ -125,6 +140,53 @@ TEST(OnlinePlacementTest, PlanFileIsAppliedAndRefusedForAnotherModel) {
   auto wrong_shape = OnlinePlacement::Create(*other, 42, o);
   ASSERT_FALSE(wrong_shape.ok());
   EXPECT_NE(wrong_shape.status().message().find("the plan is for"), std::string::npos);
+  fs::remove(path);
+}
+
+// A plan counts the KV cache at its own context and cache type. Where the engine runs another,
+// the bytes are counted again, and a plan whose experts no longer fit is refused, naming both.
+TEST(OnlinePlacementTest, PlanFileIsCountedAgainForTheEnginesContextAndCache) {
+  auto m = Describe("tiny-qwen3next");
+  ASSERT_NE(m, nullptr);
+  PlacementOptions o = OptionsFor(*m, 2);  // room for 2 experts a layer beside an f32 cache
+  auto f32_cache = ComputeMemoryBudget(*m, o.vram_budget, o.context, KvCache::kF32, 0);
+  auto f16_cache = ComputeMemoryBudget(*m, o.vram_budget, o.context, KvCache::kF16, 0);
+  ASSERT_TRUE(f32_cache.ok() && f16_cache.ok());
+  ASSERT_GT(f32_cache->kv_bytes, f16_cache->kv_bytes);
+  o.vram_budget -= f32_cache->kv_bytes - f16_cache->kv_bytes;  // ... and beside an f16 cache
+  o.kv_cache = KvCache::kF16;
+  const fs::path path = TempPlanPath("cache");
+  const Plan plan = WritePlan(*m, o, path);  // experts 3 and 4 of every layer: the whole room
+  ASSERT_EQ(plan.resident_bytes, plan.memory.expert_budget());
+  o.source = path.string();
+
+  auto same = OnlinePlacement::Create(*m, 42, o);  // as planned
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_EQ((*same)->memory().kv_cache, KvCache::kF16);
+  EXPECT_EQ((*same)->memory().kv_bytes, plan.memory.kv_bytes);
+
+  o.kv_cache = KvCache::kF32;
+  auto f32 = OnlinePlacement::Create(*m, 42, o);
+  ASSERT_FALSE(f32.ok());
+  const std::string msg(f32.status().message());
+  EXPECT_NE(msg.find("the plan keeps"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("tokens of f32 KV cache (the plan counted 64 tokens of f16)"),
+            std::string::npos)
+      << msg;
+
+  o.kv_cache = KvCache::kF16;
+  o.context = 4 * plan.memory.context;
+  auto longer = OnlinePlacement::Create(*m, 42, o);
+  ASSERT_FALSE(longer.ok());
+  EXPECT_NE(std::string(longer.status().message()).find("at 256 tokens of f16"), std::string::npos)
+      << longer.status();
+
+  o.context = plan.memory.context;
+  o.vram_budget *= 2;  // a larger budget recounts and keeps the plan
+  auto larger = OnlinePlacement::Create(*m, 42, o);
+  ASSERT_TRUE(larger.ok()) << larger.status();
+  EXPECT_EQ((*larger)->residency(), plan.resident);
+  EXPECT_EQ((*larger)->memory().vram_budget, o.vram_budget);
   fs::remove(path);
 }
 

@@ -121,20 +121,42 @@ TEST(PlannerTest, MemoryBudgetCountsDenseCachesAndScratch) {
   auto m = model::OpenModel("synth:flash-next-125b", open);
   ASSERT_TRUE(m.ok()) << m.status();
   const model::HParams& hp = (*m)->hparams();
-  auto budget = ComputeMemoryBudget(**m, uint64_t{24} << 30, 4096, kDefaultScratchBytes);
+  auto budget =
+      ComputeMemoryBudget(**m, uint64_t{24} << 30, 4096, KvCache::kF32, kDefaultScratchBytes);
   ASSERT_TRUE(budget.ok()) << budget.status();
-  // 12 attention layers x 4096 tokens x K,V x 2 kv heads x 256 x fp16.
-  EXPECT_EQ(budget->kv_bytes, uint64_t{12} * 4096 * 2 * 2 * 256 * 2);
+  // 12 attention layers x 4096 tokens x K,V x 2 kv heads x 256 x 4 bytes (f32, the engine's
+  // default cache).
+  EXPECT_EQ(budget->kv_bytes, uint64_t{12} * 4096 * 2 * 2 * 256 * 4);
+  EXPECT_EQ(budget->kv_cache, KvCache::kF32);
   const uint64_t conv = uint64_t(hp.ssm_conv_kernel - 1) * hp.ssm_conv_dim() * 4;
   const uint64_t ssm = uint64_t(hp.ssm_dt_rank) * hp.ssm_d_state * hp.head_v_dim() * 4;
   EXPECT_EQ(budget->deltanet_bytes, 36 * (conv + ssm));
   EXPECT_GT(budget->dense_bytes, 0u);
   EXPECT_EQ(budget->expert_budget(), (uint64_t{24} << 30) - budget->needed_without_experts());
-  // Too small a budget names the bytes it needs.
-  auto small = ComputeMemoryBudget(**m, uint64_t{1} << 30, 4096, kDefaultScratchBytes);
+  // An f16 cache takes half the KV bytes and leaves the difference to experts; nothing else moves.
+  auto f16 = ComputeMemoryBudget(**m, uint64_t{24} << 30, 4096, KvCache::kF16, kDefaultScratchBytes);
+  ASSERT_TRUE(f16.ok()) << f16.status();
+  EXPECT_EQ(f16->kv_cache, KvCache::kF16);
+  EXPECT_EQ(2 * f16->kv_bytes, budget->kv_bytes);
+  EXPECT_EQ(f16->dense_bytes, budget->dense_bytes);
+  EXPECT_EQ(f16->deltanet_bytes, budget->deltanet_bytes);
+  EXPECT_EQ(f16->expert_budget() - budget->expert_budget(), f16->kv_bytes);
+  // Too small a budget names the bytes it needs and the cache type it counted.
+  auto small =
+      ComputeMemoryBudget(**m, uint64_t{1} << 30, 4096, KvCache::kF32, kDefaultScratchBytes);
   ASSERT_FALSE(small.ok());
   const std::string msg(small.status().message());
   EXPECT_NE(msg.find(std::to_string(budget->needed_without_experts())), std::string::npos) << msg;
+  EXPECT_NE(msg.find("(f32)"), std::string::npos) << msg;
+}
+
+TEST(PlannerTest, CacheTypesParseByTheEnginesNames) {
+  EXPECT_EQ(*ParseKvCache("f32"), KvCache::kF32);
+  EXPECT_EQ(*ParseKvCache("f16"), KvCache::kF16);
+  EXPECT_STREQ(KvCacheName(KvCache::kF16), "f16");
+  auto bad = ParseKvCache("q8_0");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "unknown --cache-type 'q8_0' (choose f32 or f16)");
 }
 
 TEST(PlannerTest, PlanJsonRoundTrips) {
@@ -143,10 +165,24 @@ TEST(PlannerTest, PlanJsonRoundTrips) {
   MemoryBudget mem;
   mem.vram_budget = 40 << 20;
   mem.context = 128;
+  mem.kv_cache = KvCache::kF16;
   const Plan plan = MakePlan(in, mem, Policy::kPlanner, "synth:x", 0x1234);
   auto back = PlanFromJson(PlanToJson(plan), "mem");
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->resident, plan.resident);
+  EXPECT_EQ(back->memory.kv_cache, KvCache::kF16);
+  EXPECT_EQ(PlanToJson(plan)["memory"]["cache_type"], "f16");
+  // A plan written before memory.cache_type existed counted an f16 cache.
+  nlohmann::json old = PlanToJson(plan);
+  old["memory"].erase("cache_type");
+  auto old_back = PlanFromJson(old, "old");
+  ASSERT_TRUE(old_back.ok()) << old_back.status();
+  EXPECT_EQ(old_back->memory.kv_cache, KvCache::kF16);
+  nlohmann::json bad = PlanToJson(plan);
+  bad["memory"]["cache_type"] = "q4";
+  auto refused = PlanFromJson(bad, "bad.json");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().message(), "bad.json: memory.cache_type 'q4' is neither f32 nor f16");
   EXPECT_EQ(back->model_fingerprint, 0x1234u);
   EXPECT_NEAR(back->expected_step_s, plan.expected_step_s, 1e-15);
   nlohmann::json over = PlanToJson(plan);

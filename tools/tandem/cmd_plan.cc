@@ -19,6 +19,7 @@ struct PlanArgs {
   std::string model;
   std::string budget = "24GiB";
   int context = 4096;
+  std::string cache_type = "f32";
   std::string policy = "planner";
   std::string scratch = "512MiB";
   std::string output;
@@ -34,6 +35,8 @@ int RunPlan(const PlanArgs& a) {
   if (!budget.ok()) return Fail(budget.status());
   auto scratch = ParseBytes(a.scratch);
   if (!scratch.ok()) return Fail(scratch.status());
+  auto kv_cache = scheduler::ParseKvCache(a.cache_type);
+  if (!kv_cache.ok()) return Fail(kv_cache.status());
   model::OpenOptions open;
   open.materialize = false;
   auto model = model::OpenModel(a.model, open);
@@ -46,7 +49,7 @@ int RunPlan(const PlanArgs& a) {
                  census->model_name.c_str(), (unsigned long long)census->model_fingerprint,
                  (*model)->source().c_str(), (unsigned long long)fingerprint);
   }
-  auto memory = scheduler::ComputeMemoryBudget(**model, *budget, a.context, *scratch);
+  auto memory = scheduler::ComputeMemoryBudget(**model, *budget, a.context, *kv_cache, *scratch);
   if (!memory.ok()) return Fail(memory.status());
   scheduler::Ceilings ceilings;
   ceilings.hbm_bytes_per_s = a.hbm_gbps * 1e9;
@@ -63,11 +66,12 @@ int RunPlan(const PlanArgs& a) {
   if (!s.ok()) return Fail(s);
   const int64_t n_resident = std::count(plan.resident.begin(), plan.resident.end(), 1);
   std::printf(
-      "%s plan for %s at %s: dense %s + KV %s (%d tokens) + DeltaNet %s + scratch %s leave %s "
+      "%s plan for %s at %s: dense %s + KV %s (%d tokens, %s) + DeltaNet %s + scratch %s leave %s "
       "for experts\nresident %lld of %lld experts (%s), expected hit rate %.1f%%, expected step "
       "%.3f ms (%.1f tok/s)\n",
       scheduler::PolicyName(plan.policy), (*model)->source().c_str(), FormatBytes(*budget).c_str(),
       FormatBytes(memory->dense_bytes).c_str(), FormatBytes(memory->kv_bytes).c_str(), a.context,
+      scheduler::KvCacheName(memory->kv_cache),
       FormatBytes(memory->deltanet_bytes).c_str(), FormatBytes(memory->scratch_bytes).c_str(),
       FormatBytes(plan.expert_budget).c_str(), (long long)n_resident,
       (long long)plan.resident.size(), FormatBytes(plan.resident_bytes).c_str(),
@@ -90,6 +94,13 @@ void RegisterPlan(CLI::App& app, int* exit_code) {
   cmd->add_option("--context", args->context, "Context tokens the KV cache must hold")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--cache-type", args->cache_type,
+                  "KV cache element the engine will run with (its --cache-type): f32 counts 4 "
+                  "bytes an element, f16 2. When the engine loads a plan made for another "
+                  "context or cache type, it counts the bytes again and refuses the plan if its "
+                  "experts no longer fit")
+      ->check(CLI::IsMember({"f32", "f16"}))
+      ->capture_default_str();
   cmd->add_option("--policy", args->policy,
                   "planner (cost model), uniform (same count per layer), frequency (global top "
                   "counts), first-layers-on-cpu (llama.cpp --n-cpu-moe)")
