@@ -81,8 +81,8 @@ absl::StatusOr<std::unique_ptr<OnlinePlacement>> OnlinePlacement::Create(
         " of experts resident but the budget leaves ", FormatBytes(p->memory_.expert_budget()),
         " at ", p->memory_.context, " tokens of ", KvCacheName(p->memory_.kv_cache),
         " KV cache (the plan counted ", plan.memory.context, " tokens of ",
-        KvCacheName(plan.memory.kv_cache), "); make it again with the engine's --context and "
-        "--cache-type"));
+        KvCacheName(plan.memory.kv_cache),
+        "); make it again with the engine's --context and --cache-type"));
   }
   p->description_ = absl::StrCat(options.source, " (", PolicyName(plan.policy), ")",
                                  options.replan_every > 0

@@ -346,10 +346,9 @@ absl::StatusOr<MemoryBudget> ComputeMemoryBudget(const model::Model& model, uint
         "--vram-budget ", FormatBytes(vram_budget), " (", vram_budget,
         " bytes) is too small: dense weights ", FormatBytes(m.dense_bytes), " + KV cache ",
         FormatBytes(m.kv_bytes), " (", KvCacheName(kv_cache), ") at ", context,
-        " tokens + DeltaNet state ",
-        FormatBytes(m.deltanet_bytes), " + scratch ", FormatBytes(m.scratch_bytes), " need ",
-        FormatBytes(m.needed_without_experts()), " (", m.needed_without_experts(),
-        " bytes) before any expert"));
+        " tokens + DeltaNet state ", FormatBytes(m.deltanet_bytes), " + scratch ",
+        FormatBytes(m.scratch_bytes), " need ", FormatBytes(m.needed_without_experts()), " (",
+        m.needed_without_experts(), " bytes) before any expert"));
   }
   return m;
 }

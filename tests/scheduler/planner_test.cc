@@ -134,7 +134,8 @@ TEST(PlannerTest, MemoryBudgetCountsDenseCachesAndScratch) {
   EXPECT_GT(budget->dense_bytes, 0u);
   EXPECT_EQ(budget->expert_budget(), (uint64_t{24} << 30) - budget->needed_without_experts());
   // An f16 cache takes half the KV bytes and leaves the difference to experts; nothing else moves.
-  auto f16 = ComputeMemoryBudget(**m, uint64_t{24} << 30, 4096, KvCache::kF16, kDefaultScratchBytes);
+  auto f16 =
+      ComputeMemoryBudget(**m, uint64_t{24} << 30, 4096, KvCache::kF16, kDefaultScratchBytes);
   ASSERT_TRUE(f16.ok()) << f16.status();
   EXPECT_EQ(f16->kv_cache, KvCache::kF16);
   EXPECT_EQ(2 * f16->kv_bytes, budget->kv_bytes);

@@ -71,12 +71,11 @@ int RunPlan(const PlanArgs& a) {
       "%.3f ms (%.1f tok/s)\n",
       scheduler::PolicyName(plan.policy), (*model)->source().c_str(), FormatBytes(*budget).c_str(),
       FormatBytes(memory->dense_bytes).c_str(), FormatBytes(memory->kv_bytes).c_str(), a.context,
-      scheduler::KvCacheName(memory->kv_cache),
-      FormatBytes(memory->deltanet_bytes).c_str(), FormatBytes(memory->scratch_bytes).c_str(),
-      FormatBytes(plan.expert_budget).c_str(), (long long)n_resident,
-      (long long)plan.resident.size(), FormatBytes(plan.resident_bytes).c_str(),
-      100 * plan.expected_hit_rate, 1e3 * plan.expected_step_s,
-      plan.expected_step_s > 0 ? 1 / plan.expected_step_s : 0.0);
+      scheduler::KvCacheName(memory->kv_cache), FormatBytes(memory->deltanet_bytes).c_str(),
+      FormatBytes(memory->scratch_bytes).c_str(), FormatBytes(plan.expert_budget).c_str(),
+      (long long)n_resident, (long long)plan.resident.size(),
+      FormatBytes(plan.resident_bytes).c_str(), 100 * plan.expected_hit_rate,
+      1e3 * plan.expected_step_s, plan.expected_step_s > 0 ? 1 / plan.expected_step_s : 0.0);
   return 0;
 }
 
