@@ -50,11 +50,6 @@ __device__ __forceinline__ void AllowNextLaunch() {
 #endif
 }
 
-// kRecurrent: the DeltaNet layers' kernel, else the attention layers'. Two kernels, not one with a
-// branch per phase: each layer kind's code and register allocation stay out of the other's (a
-// change to the delta rule moved attention phase times by 2-20 us, session 25). KV: the attention
-// layers' KV cache element (float, or __half for --cache-type f16), a kernel each for the same
-// reason (device/mixer.cuh's LoadKv).
 // Before griddepcontrol.wait, while the previous launch drains: what a launch's first phase reads
 // that no earlier launch writes. Its arguments are new in every launch, so their constant-cache
 // lines are cold (each thread below < kLines touches one 64-byte line), and its RMSNorm weights
@@ -72,6 +67,11 @@ __device__ __forceinline__ void WarmBeforeWait(const Args& args, const float* no
   }
 }
 
+// kRecurrent: the DeltaNet layers' kernel, else the attention layers'. Two kernels, not one with a
+// branch per phase: each layer kind's code and register allocation stay out of the other's (a
+// change to the delta rule moved attention phase times by 2-20 us, session 25). KV: the attention
+// layers' KV cache element (float, or __half for --cache-type f16), a kernel each for the same
+// reason (device/mixer.cuh's LoadKv).
 template <int R, bool kRecurrent, class KV>
 __global__ void __launch_bounds__(kBlockThreads)
     MixerKernel(const __grid_constant__ MixerArgs args, int begin, int end) {

@@ -20,15 +20,16 @@ namespace tandem::cli {
 int Fail(const absl::Status& status);
 
 // Adds -m/--model, --backend, --ctx, --tokenizer, --routing-log to `cmd`, bound to `options`,
-// and the CPU expert pool's flags (AddExpertPoolFlags).
+// --cache-type (AddCacheTypeFlag) and the CPU expert pool's flags (AddExpertPoolFlags).
 void AddEngineFlags(CLI::App* cmd, engine::EngineOptions* options);
+
+// Adds --cache-type (EngineOptions::cache_type) to `cmd`: the engine commands and `bench decode`
+// share it.
+void AddCacheTypeFlag(CLI::App* cmd, std::string* cache_type);
 
 // Adds the CPU expert pool's --cpu-isa, --no-cpu-numa, --cpu-backup-us (also spelled
 // --backup-us) and --no-cpu-repack to `cmd`: the engine's --backend cpu and `tandem bench
 // experts` share them.
-// --cache-type (EngineOptions::cache_type), shared by the engine commands and `bench decode`.
-void AddCacheTypeFlag(CLI::App* cmd, std::string* cache_type);
-
 void AddExpertPoolFlags(CLI::App* cmd, std::string* isa, bool* numa, int* backup_us, bool* repack);
 
 // Loads the engine with a progress bar on stderr for long loads.
