@@ -104,6 +104,10 @@ uint64_t DeviceBytes(const format::TensorInfo& t) {
   return static_cast<uint64_t>(DeviceRowBytes(static_cast<int>(t.type), t.dims[0]) * t.rows());
 }
 
+uint64_t KvCacheBytes(const ModelDims& dims, int n_ctx, bool f16_kv_cache) {
+  return uint64_t{static_cast<uint32_t>(n_ctx)} * dims.kv_dim() * (f16_kv_cache ? 2 : 4);
+}
+
 VramPlan PlanVram(const model::Model& model, const ModelDims& dims, int n_ctx, bool f16_kv_cache) {
   const model::HParams& hp = model.hparams();
   VramPlan plan;
@@ -111,8 +115,7 @@ VramPlan PlanVram(const model::Model& model, const ModelDims& dims, int n_ctx, b
     if (UsedByForward(t, hp)) plan.weights += DeviceBytes(t) + kAllocationSlack;
   }
   const uint64_t cache_per_attention =
-      2 * (uint64_t{static_cast<uint32_t>(n_ctx)} * dims.kv_dim() * (f16_kv_cache ? 2 : 4) +
-           kAllocationSlack);
+      2 * (KvCacheBytes(dims, n_ctx, f16_kv_cache) + kAllocationSlack);
   for (int il = 0; il < hp.n_layer; ++il) {
     if (hp.IsRecurrentLayer(il)) {
       // Live state plus kMaxRows - 1 snapshots, conv and delta rule.

@@ -33,6 +33,10 @@ uint64_t DeviceBytes(const format::TensorInfo& t);
 // are f32. The first offender is named with its type and the supported types.
 absl::Status CheckTensors(const model::Model& model);
 
+// Bytes of one attention layer's K (or V) cache at context n_ctx: f16 or f32 elements. The VRAM
+// plan counts it and the runner allocates it.
+uint64_t KvCacheBytes(const ModelDims& dims, int n_ctx, bool f16_kv_cache);
+
 struct VramPlan {
   uint64_t weights = 0;  // every used tensor in the device layout, with per-allocation slack
   uint64_t caches = 0;   // KV caches of attention layers, DeltaNet states with row snapshots

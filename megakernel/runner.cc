@@ -368,8 +368,7 @@ absl::Status GpuRunner::AllocateState() {
         return oom("DeltaNet state");
       }
     } else {
-      const uint64_t cache_bytes =
-          uint64_t{static_cast<uint32_t>(d.n_ctx)} * d.kv_dim() * (options_.f16_kv_cache ? 2 : 4);
+      const uint64_t cache_bytes = KvCacheBytes(d, d.n_ctx, options_.f16_kv_cache);
       mx.att.f16_cache = options_.f16_kv_cache ? 1 : 0;
       mx.att.k_cache = AllocBytes(cache_bytes, &vram_.kv_cache);
       mx.att.v_cache = AllocBytes(cache_bytes, &vram_.kv_cache);
