@@ -106,6 +106,7 @@ template <int R>
 __global__ void __launch_bounds__(kBlockThreads) HeadKernel(const __grid_constant__ HeadArgs args, int begin,
                                                                           int end) {
   extern __shared__ __align__(16) uint8_t smem[];
+  if (begin == 0) WarmBeforeWait(args, args.norm, args.dims.n_embd);
   WaitForPreviousLaunch();
   for (int p = begin; p < end; ++p) {
     if (p > begin) cg::this_grid().sync();

@@ -30,11 +30,12 @@ inline constexpr int kMaxConvKernel = 8;      // DeltaNet conv taps (checked on 
 // least kMinAttentionChunk keys, as many per (row group, team) as the grid has warps for
 // (params.h). Both attention phases derive the same split.
 struct AttentionSplit {
-  int heads;     // query heads per warp
-  int rows;      // step rows per warp (one-head path; 1 with teams)
-  int teams;     // warps per (row group, KV group, chunk)
-  int chunk;     // keys per chunk
-  int n_chunks;  // chunks of the longest row
+  int step_rows;  // the step's rows (StepRows: a constant in the one-row kernels)
+  int heads;      // query heads per warp
+  int rows;       // step rows per warp (one-head path; 1 with teams)
+  int teams;      // warps per (row group, KV group, chunk)
+  int chunk;      // keys per chunk
+  int n_chunks;   // chunks of the longest row
   // The team paths: a warp per several query heads of a KV group, the queries normed once and
   // flagged (a one-head warp norms its own query, also where a KV group is one head).
   __device__ __forceinline__ bool team_paths() const { return heads > 1; }
@@ -56,6 +57,7 @@ __device__ __forceinline__ AttentionSplit SplitAttention(const MixerArgs& A) {
   const int n_keys = A.in->first_pos + B;
   const int key_blocks = (n_keys + 31) / 32;
   AttentionSplit s;
+  s.step_rows = B;
   s.heads = TeamHeads(group, D.head_dim);
   const int team_warps = B * D.n_head_kv * ((group + s.heads - 1) / s.heads) * key_blocks;
   if (!A.force_teams && team_warps < GridWarps() / 2) s.heads = 1;
@@ -458,7 +460,7 @@ __device__ void AttentionHeadPartials(const MixerArgs& A, const AttentionSplit& 
   static_assert(kRows * 32 * PL * 4 <= kAttentionBytesPerWarp, "");
   constexpr int kStride4 = 8 * PL;  // float4s per staged query row
   const ModelDims& D = A.dims;
-  const int B = A.in->n_rows, hd = D.head_dim, nh = D.n_head;
+  const int B = S.step_rows, hd = D.head_dim, nh = D.n_head;
   const int group = nh / D.n_head_kv;
   const int chunk = S.chunk, n_chunks = S.n_chunks;
   const int rows = kRows == 1 ? 1 : S.rows;  // constant in the one-row kernel
@@ -576,7 +578,7 @@ __device__ void AttentionTeamPartials(const MixerArgs& A, const AttentionSplit& 
   constexpr int kKeyBatch = 4;
   static_assert(kHeads * kStride * 4 <= kAttentionBytesPerWarp, "");
   const ModelDims& D = A.dims;
-  const int B = A.in->n_rows, hd = D.head_dim, nh = D.n_head, n_kv = D.n_head_kv;
+  const int B = S.step_rows, hd = D.head_dim, nh = D.n_head, n_kv = D.n_head_kv;
   const int group = nh / n_kv;
   const float scale = 1.0f / sqrtf(static_cast<float>(hd));
   const int per_lane = hd / 32;
@@ -685,7 +687,7 @@ __device__ __noinline__ void AttentionTeamPartialsLanesOverDims(const MixerArgs&
   static_assert(kGroupKeys % kLoadKeys == 0, "");
   static_assert(kHeads * kStride * 4 <= kAttentionBytesPerWarp, "");
   const ModelDims& D = A.dims;
-  const int B = A.in->n_rows, hd = D.head_dim, nh = D.n_head, n_kv = D.n_head_kv;
+  const int B = S.step_rows, hd = D.head_dim, nh = D.n_head, n_kv = D.n_head_kv;
   const int group = nh / n_kv;
   const float scale = 1.0f / sqrtf(static_cast<float>(hd));
   const int per_lane = hd / 32;
