@@ -294,6 +294,24 @@ std::vector<uint8_t> PlanResidents(const CostInputs& in, uint64_t budget) {
   return resident;
 }
 
+// Experts the census never saw (probability 0) change the objective neither on the card nor off
+// it, so the planner leaves them off. With budget to spare they take it, the layers in turn (each
+// layer's first unseen expert, then each layer's second, ...): a census of a short or different
+// workload misses experts that serving then routes to, and `auto` placement, planning from its
+// warm-up tokens, moved them off a card that had room for the whole model.
+void FillUnseen(const CostInputs& in, uint64_t budget, std::vector<uint8_t>& resident) {
+  const int L = in.n_layer, E = in.n_expert;
+  uint64_t used = ResidentBytes(in, resident);
+  for (int e = 0; e < E; ++e) {
+    for (int l = 0; l < L; ++l) {
+      const size_t i = size_t(l) * E + e;
+      if (resident[i] || in.prob[i] > 0 || used + in.bytes_per_expert[l] > budget) continue;
+      resident[i] = 1;
+      used += in.bytes_per_expert[l];
+    }
+  }
+}
+
 // Indices of layer l's experts, most probable first.
 std::vector<int> ByProbability(const CostInputs& in, int l) {
   std::vector<int> order(in.n_expert);
@@ -429,7 +447,9 @@ std::vector<uint8_t> ChooseResidents(const CostInputs& in, uint64_t budget, Poli
   std::vector<uint8_t> resident(size_t(L) * E, 0);
   switch (policy) {
     case Policy::kPlanner:
-      return PlanResidents(in, budget);
+      resident = PlanResidents(in, budget);
+      FillUnseen(in, budget, resident);
+      return resident;
     case Policy::kUniform: {
       // The same count m in every layer, each layer's most probable experts.
       const uint64_t per_m = std::accumulate(in.bytes_per_expert.begin(), in.bytes_per_expert.end(),

@@ -86,7 +86,9 @@ enum class Policy { kPlanner, kUniform, kFrequency, kFirstLayersOnCpu };
 absl::StatusOr<Policy> ParsePolicy(const std::string& name);
 const char* PolicyName(Policy policy);
 
-// The resident set a policy chooses within `expert_budget` bytes (never more).
+// The resident set a policy chooses within `expert_budget` bytes (never more). The planner's
+// optimum leaves the experts the census never saw off the card (they change nothing in the cost
+// model); the budget it leaves over then holds them, the layers in turn.
 std::vector<uint8_t> ChooseResidents(const CostInputs& in, uint64_t expert_budget, Policy policy);
 
 struct Plan {

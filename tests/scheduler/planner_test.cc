@@ -115,6 +115,28 @@ TEST(PlannerTest, BaselinesDoWhatTheirNamesSay) {
             (std::vector<uint8_t>{0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1}));
 }
 
+// Experts with no routes in the census cost nothing either way in the objective: the planner's
+// choice among the seen ones is its optimum, and the budget left over holds the unseen ones, the
+// layers in turn, so that a budget with room for every expert puts every expert on the card.
+TEST(PlannerTest, UnseenExpertsTakeTheBudgetLeftOver) {
+  CostInputs in;
+  in.n_layer = 2;
+  in.n_expert = 4;
+  in.k = 1;
+  in.prob = {0.6, 0.4, 0, 0, 1.0, 0, 0, 0};
+  in.bytes_per_expert = {10, 10};
+  in.dense_layer_bytes = {0, 0};
+  EXPECT_EQ(ChooseResidents(in, 80, Policy::kPlanner), std::vector<uint8_t>(8, 1));
+  // 50 bytes: the three seen experts, then the first unseen of layer 1 and of layer 0.
+  const std::vector<uint8_t> partial = ChooseResidents(in, 55, Policy::kPlanner);
+  EXPECT_EQ(partial, (std::vector<uint8_t>{1, 1, 1, 0, 1, 1, 0, 0}));
+  EXPECT_DOUBLE_EQ(ExpectedStepSeconds(in, partial),
+                   ExpectedStepSeconds(in, {1, 1, 0, 0, 1, 0, 0, 0}));
+  // Only seen experts compete for a budget too small for them all.
+  EXPECT_EQ(ChooseResidents(in, 25, Policy::kPlanner),
+            (std::vector<uint8_t>{1, 0, 0, 0, 1, 0, 0, 0}));
+}
+
 TEST(PlannerTest, MemoryBudgetCountsDenseCachesAndScratch) {
   model::OpenOptions open;
   open.materialize = false;
