@@ -85,6 +85,25 @@ TEST(OnlinePlacementTest, AutoPlansAfterWarmupAndFollowsTheRouting) {
   EXPECT_EQ((*p)->hits() + (*p)->misses(), uint64_t(22 * hp.n_layer * 2));
 }
 
+// With room for every expert, the plan made after the warm-up keeps every expert on the card,
+// also those the warm-up never routed to (they cost nothing in the planner's model), so later
+// routing to them hits.
+TEST(OnlinePlacementTest, AutoKeepsEveryExpertWhenTheBudgetHoldsThemAll) {
+  auto m = Describe("tiny-qwen3next");
+  ASSERT_NE(m, nullptr);
+  const model::HParams& hp = m->hparams();
+  auto p = OnlinePlacement::Create(*m, 1, OptionsFor(*m, hp.n_expert));
+  ASSERT_TRUE(p.ok()) << p.status();
+  Route(**p, hp.n_layer, {0, 1}, 8);  // the warm-up sees two experts a layer
+  ASSERT_EQ((*p)->plans_made(), 1);
+  for (int l = 0; l < hp.n_layer; ++l) {
+    for (int e = 0; e < hp.n_expert; ++e) EXPECT_TRUE((*p)->IsResident(l, e)) << l << "/" << e;
+  }
+  const uint64_t misses = (*p)->misses();
+  Route(**p, hp.n_layer, {5, 6}, 2);
+  EXPECT_EQ((*p)->misses(), misses);
+}
+
 // A plan for the budget and context of `o` (fingerprint 42) from a census in which every layer
 // routes to experts 3 and 4, written to a temporary plan.json.
 Plan WritePlan(const model::Model& m, const PlacementOptions& o, const fs::path& path) {
