@@ -17,10 +17,21 @@
 //                 lane + 32, ... of each (at most 16 chunks, 64 registers) after the barrier and
 //                 the prologue, as the megakernel's phases do;
 //   before      — as after, but the next product's loads are issued before the barrier;
+//   before, warp 0 after — as before, except that warp 0 of each block (whose thread 0 makes the
+//                 block's release arrive at the grid barrier) loads after the barrier: does the
+//                 barrier's release wait for the loads other warps still have in flight?
+//   after / before, relaxed polls — a grid barrier with a release arrive, relaxed polls and one
+//                 acquire fence once the count is seen: valid, and no acquire (L1 invalidation)
+//                 per poll as cooperative groups' has;
+//   before, relaxed barrier — as before, with a grid barrier whose arrive and poll are relaxed
+//                 (no release, no acquire): wrong as a program (y may be read stale), a timing
+//                 bound only: what the barrier's memory ordering costs with loads in flight;
 //   no-prologue — as after without the prologue (x stays as it was): barrier and weights alone;
 //   bulk        — each block's contiguous rows of the next product are copied into shared memory
 //                 by cp.async.bulk (16 KB, or 4 KB, an instruction) before the barrier, two
 //                 stages of 96 KB; a copy holds no warp while in flight;
+//   bulk, last warp — as bulk, with the copies issued by a thread of the block's last warp
+//                 instead of thread 0, which arrives at the grid barrier;
 //   bulk stream — the bulk copies alone: no barrier, no prologue.
 // A shape with no rows measures the barrier and the prologue alone, the chain's latency floor. The
 // device-to-device copy of the same run (read + write counted) is the reference bandwidth.
@@ -58,7 +69,8 @@ struct Product {
 struct ChainArgs {
   Product products[kProducts];
   int n_products;
-  float* y[2];  // ping-pong outputs; y[1] holds x0 on entry
+  float* y[2];        // ping-pong outputs; y[1] holds x0 on entry
+  unsigned* counter;  // GridSync's, zeroed before each launch
 };
 
 void Check(cudaError_t e, const char* what) {
@@ -66,6 +78,36 @@ void Check(cudaError_t e, const char* what) {
     std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
     std::exit(1);
   }
+}
+
+// A grid barrier as cooperative groups' (one arrive a block by thread 0, a counter the launch
+// zeroes). kOrder 0: release arrive, acquire polls (as cooperative groups); 1: release arrive,
+// relaxed polls, one acquire fence once the count is seen (a valid barrier too); 2: relaxed
+// arrive and polls (not a valid barrier: a timing bound only).
+template <int kOrder>
+__device__ __forceinline__ void GridSync(unsigned* counter, unsigned target) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned seen;
+    if (kOrder == 1) {
+      asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
+      do {
+        asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
+      } while (seen < target);
+      asm volatile("fence.acq_rel.gpu;" ::: "memory");
+    } else if (kOrder == 0) {
+      asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
+      do {
+        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
+      } while (seen < target);
+    } else {
+      asm volatile("red.relaxed.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
+      do {
+        asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
+      } while (seen < target);
+    }
+  }
+  __syncthreads();
 }
 
 __device__ __forceinline__ int4 LoadStream(const int4* p) {
@@ -122,21 +164,27 @@ __device__ __forceinline__ void QuantizeInput(const float* x, int cols, int8_t* 
   }
 }
 
-template <bool kBefore, bool kPrologue>
+// Barrier: 0 cooperative groups' grid sync, 1 + k GridSync<k>.
+template <bool kBefore, bool kPrologue, bool kWarp0After = false, int kBarrier = 0>
 __global__ void __launch_bounds__(kThreads, 1) ChainKernel(const __grid_constant__ ChainArgs a) {
   __shared__ __align__(16) int8_t xq[kMaxCols];
   __shared__ float xs[kMaxCols / 32];
   const int lane = threadIdx.x & 31;
   const int warps = gridDim.x * kWarps;
   const int warp = blockIdx.x * kWarps + threadIdx.x / 32;
+  // Whether this warp issues the next product's loads before the barrier (warp-uniform).
+  const bool early = kBefore && !(kWarp0After && threadIdx.x < 32);
   int4 w[kMaxChunks];
-  if (kBefore) IssueWeights(a.products[0], warp, warps, lane, w);
+  if (early) IssueWeights(a.products[0], warp, warps, lane, w);
   for (int p = 0; p < a.n_products; ++p) {
     const Product& P = a.products[p];
-    if (p > 0) cg::this_grid().sync();
+    if (p > 0) {
+      if (kBarrier == 0) cg::this_grid().sync();
+      if (kBarrier > 0) GridSync<kBarrier - 1>(a.counter, p * gridDim.x);
+    }
     if (kPrologue) QuantizeInput(a.y[(p + 1) & 1], P.cols, xq, xs);
     __syncthreads();
-    if (!kBefore) IssueWeights(P, warp, warps, lane, w);
+    if (!early) IssueWeights(P, warp, warps, lane, w);
     const int shift = __ffs(P.cols / 512) - 1;  // shifts, not divisions: see IssueWeights
     const int per_row = 1 << shift;
     const int rows_here = kMaxChunks >> shift;
@@ -162,7 +210,7 @@ __global__ void __launch_bounds__(kThreads, 1) ChainKernel(const __grid_constant
         }
       }
     }
-    if (kBefore && p + 1 < a.n_products) IssueWeights(a.products[p + 1], warp, warps, lane, w);
+    if (early && p + 1 < a.n_products) IssueWeights(a.products[p + 1], warp, warps, lane, w);
     __syncthreads();  // xq is rewritten by the next prologue
   }
 }
@@ -215,7 +263,8 @@ __device__ __forceinline__ void WaitBulk(uint64_t* bar, uint32_t parity) {
 }
 
 // kChain false: no barrier and no prologue (the copies' own throughput, x stays as it was).
-template <int kCopyBytes, bool kChain>
+// kIssuer: the thread that issues the copies (0 arrives at the grid barrier too).
+template <int kCopyBytes, bool kChain, int kIssuer = 0>
 __global__ void __launch_bounds__(kThreads, 1)
     BulkChainKernel(const __grid_constant__ ChainArgs a) {
   extern __shared__ __align__(128) uint8_t stages[];  // 2 x kStageBytes
@@ -229,14 +278,14 @@ __global__ void __launch_bounds__(kThreads, 1)
           static_cast<uint32_t>(__cvta_generic_to_shared(&bars[i]))));
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    IssueBulk<kCopyBytes>(a.products[0], stages, &bars[0]);
   }
   __syncthreads();
+  if (threadIdx.x == kIssuer) IssueBulk<kCopyBytes>(a.products[0], stages, &bars[0]);
   for (int p = 0; p < a.n_products; ++p) {
     const Product& P = a.products[p];
     // Product p + 1's copy goes out before product p's barrier: its stage was last read by
     // product p - 1, which every warp of this block finished (the __syncthreads() below).
-    if (threadIdx.x == 0 && p + 1 < a.n_products) {
+    if (threadIdx.x == kIssuer && p + 1 < a.n_products) {
       IssueBulk<kCopyBytes>(a.products[p + 1], stages + ((p + 1) & 1) * kStageBytes,
                             &bars[(p + 1) & 1]);
     }
@@ -379,7 +428,9 @@ void RunShape(const Shape& shape, int grid, float copy_gbps) {
   int* sink = nullptr;
   Check(cudaMalloc(&sink, sizeof(int)), "malloc sink");
 
+  Check(cudaMalloc(&args.counter, sizeof(unsigned)), "malloc counter");
   auto chain = [&](auto kernel) {
+    Check(cudaMemsetAsync(args.counter, 0, sizeof(unsigned)), "zero counter");
     void* params[] = {&args};
     Check(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(kernel), grid, kThreads, params),
           "cooperative launch");
@@ -388,6 +439,14 @@ void RunShape(const Shape& shape, int grid, float copy_gbps) {
   const float after_ms = TimeMs([&] { chain(ChainKernel<false, true>); }, 9);
   const float before_ms = TimeMs([&] { chain(ChainKernel<true, true>); }, 9);
   const float bare_ms = TimeMs([&] { chain(ChainKernel<false, false>); }, 9);
+  const float before_w0_ms = TimeMs([&] { chain(ChainKernel<true, true, true>); }, 9);
+  const float after_own_ms = TimeMs([&] { chain(ChainKernel<false, true, false, 1>); }, 9);
+  const float before_own_ms = TimeMs([&] { chain(ChainKernel<true, true, false, 1>); }, 9);
+  const float after_polls_ms = TimeMs([&] { chain(ChainKernel<false, true, false, 2>); }, 9);
+  const float before_polls_ms = TimeMs([&] { chain(ChainKernel<true, true, false, 2>); }, 9);
+  const float after_relaxed_ms = TimeMs([&] { chain(ChainKernel<false, true, false, 3>); }, 9);
+  const float before_relaxed_ms = TimeMs([&] { chain(ChainKernel<true, true, false, 3>); }, 9);
+  const float bare_polls_ms = TimeMs([&] { chain(ChainKernel<false, false, false, 2>); }, 9);
   int max_block_bytes = 0;
   for (int p = 0; p < kProducts; ++p) {
     const int per_block = (host[p].rows + grid - 1) / grid;
@@ -409,6 +468,7 @@ void RunShape(const Shape& shape, int grid, float copy_gbps) {
   };
   const float bulk_ms = bulk(BulkChainKernel<16384, true>);
   const float bulk4_ms = bulk(BulkChainKernel<4096, true>);
+  const float bulk_last_ms = bulk(BulkChainKernel<16384, true, kThreads - 32>);
   const float bulk_stream_ms = bulk(BulkChainKernel<16384, false>);
   const float bulk4_stream_ms = bulk(BulkChainKernel<4096, false>);
   Check(cudaGetLastError(), "launch");
@@ -417,19 +477,28 @@ void RunShape(const Shape& shape, int grid, float copy_gbps) {
   auto report = [&](const char* mode, float ms) {
     const double gbps = gb / (ms * 1e-3);
     if (gb == 0) {
-      std::printf("%-34s %-14s %8.2f us/product\n", shape.name, mode, 1000.0 * ms / kProducts);
+      std::printf("%-34s %-24s %8.2f us/product\n", shape.name, mode, 1000.0 * ms / kProducts);
       return;
     }
-    std::printf("%-34s %-14s %8.2f us/product %8.1f GB/s %6.3f of copy\n", shape.name, mode,
+    std::printf("%-34s %-24s %8.2f us/product %8.1f GB/s %6.3f of copy\n", shape.name, mode,
                 1000.0 * ms / kProducts, gbps, gbps / copy_gbps);
   };
   report("stream", stream_ms);
   report("after", after_ms);
   report("before", before_ms);
   report("no-prologue", bare_ms);
+  report("before, warp 0 after", before_w0_ms);
+  report("after, own barrier", after_own_ms);
+  report("before, own barrier", before_own_ms);
+  report("after, relaxed polls", after_polls_ms);
+  report("before, relaxed polls", before_polls_ms);
+  report("no-prologue, relaxed polls", bare_polls_ms);
+  report("after, relaxed barrier", after_relaxed_ms);
+  report("before, relaxed barrier", before_relaxed_ms);
   if (bulk_ms >= 0) {
     report("bulk", bulk_ms);
     report("bulk 4K", bulk4_ms);
+    report("bulk, last warp", bulk_last_ms);
     report("bulk stream", bulk_stream_ms);
     report("bulk 4K stream", bulk4_stream_ms);
   }
@@ -438,6 +507,7 @@ void RunShape(const Shape& shape, int grid, float copy_gbps) {
   cudaFree(args.y[0]);
   cudaFree(args.y[1]);
   cudaFree(sink);
+  cudaFree(args.counter);
 }
 
 }  // namespace
