@@ -317,6 +317,7 @@ struct PhasePlan {
   ActSet act[2];
   MatVecJob job[4];
 };
+static_assert(4 <= kWarpsPerBlock, "SetJob gives each job of a phase a warp");
 
 __device__ __forceinline__ PhasePlan& Plan() {
   __shared__ __align__(16) unsigned char storage[sizeof(PhasePlan)];
@@ -329,11 +330,14 @@ __device__ __forceinline__ const ActSet* PublishActs(int i, const ActSet& a) {
   return &Plan().act[i];
 }
 
-// Job i of the phase (thread 0 writes; visible after the caller's next __syncthreads()).
+// Job i of the phase (lane 0 of warp i writes; visible after the caller's next __syncthreads()).
+// A warp each, so that a phase's jobs are split at once: on thread 0, three or four jobs
+// (SplitRows' loops and divisions each) ran one after another on the path to the
+// __syncthreads() that publishes them.
 __device__ __forceinline__ void SetJob(int i, const Matrix& m, const ActSet* act, unsigned mask,
                                        float* out, int out_stride, OutMode mode = OutMode::kStore,
                                        const Matrix* m2 = nullptr) {
-  if (threadIdx.x != 0) return;
+  if (static_cast<int>(threadIdx.x) != 32 * i) return;
   MatVecJob& j = Plan().job[i];
   j = MatVecJob();
   j.m = m;
