@@ -10,28 +10,35 @@
 
 namespace tandem::megakernel {
 
-// Elements one lane takes per step of a row (0: the type has no device codec).
-TANDEM_HD constexpr int SliceElems(int type) {
+// log2 of the elements one lane takes per step of a row (-1: the type has no device codec).
+// Every count in a row's split is a power of two, so the device splits rows with shifts
+// (SplitRows in device/matvec.cuh).
+TANDEM_HD constexpr int SliceShift(int type) {
   using quant::GgmlType;
   switch (static_cast<GgmlType>(type)) {
     case GgmlType::kF32:
-      return 4;  // one 16-byte chunk
+      return 2;  // one 16-byte chunk
     case GgmlType::kF16:
     case GgmlType::kBF16:
-      return 8;
+      return 3;
     case GgmlType::kQ8_0:
     case GgmlType::kIQ4_XS:
-      return 32;
+      return 5;
     case GgmlType::kQ4_K:
     case GgmlType::kQ5_K:
-      return 64;
+      return 6;
     case GgmlType::kQ6_K:
-      return 128;
+      return 7;
     case GgmlType::kQ3_K:
-      return 256;
+      return 8;
     default:
-      return 0;
+      return -1;
   }
+}
+
+// Elements one lane takes per step of a row (0: the type has no device codec).
+TANDEM_HD constexpr int SliceElems(int type) {
+  return SliceShift(type) < 0 ? 0 : 1 << SliceShift(type);
 }
 
 // The most slices of one row a lane takes (device/matvec.cuh SplitRows). Q4_K and Q5_K load two
@@ -51,14 +58,30 @@ TANDEM_HD constexpr int MaxLaneSlices(int type) {
   }
 }
 
-// Lanes that share one row of `cols` elements when each lane takes up to `lane_slices` of its
-// slices: the slices per lane-step rounded up to a power of two, at most a warp.
-TANDEM_HD constexpr int GroupLanes(int type, int cols, int lane_slices = 1) {
-  const int slices = cols / (SliceElems(type) > 0 ? SliceElems(type) : 1);
-  const int steps = (slices + lane_slices - 1) / lane_slices;
-  int g = 1;
-  while (g < steps && g < 32) g <<= 1;
-  return g;
+// ceil(log2(v)), 0 for v <= 1.
+TANDEM_HD int CeilLog2(int v) {
+#if defined(__CUDA_ARCH__)
+  return v <= 1 ? 0 : 32 - __clz(v - 1);
+#else
+  int lg = 0;
+  while ((1 << lg) < v) ++lg;
+  return lg;
+#endif
+}
+
+// log2 of the lanes that share one row of `slices` slices when each lane takes up to
+// 2^lane_slices_log2 of them: the lane steps rounded up to a power of two, at most a warp.
+TANDEM_HD int RowLanesLog2(int slices, int lane_slices_log2) {
+  const int steps = (slices + (1 << lane_slices_log2) - 1) >> lane_slices_log2;
+  const int lg = CeilLog2(steps);
+  return lg < 5 ? lg : 5;
+}
+
+// Lanes that share one row of `cols` elements when each lane takes up to `lane_slices` (a power
+// of two) of its slices.
+TANDEM_HD int GroupLanes(int type, int cols, int lane_slices = 1) {
+  const int slices = SliceShift(type) < 0 ? cols : cols >> SliceShift(type);
+  return 1 << RowLanesLog2(slices, CeilLog2(lane_slices));
 }
 
 // "f32, f16, bf16, q8_0, q4_k, q5_k, q6_k, q3_k, iq4_xs": for error messages.

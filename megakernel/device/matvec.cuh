@@ -195,6 +195,7 @@ struct MatVecJob {
   // divisions behind them ran in the unit loop, and moving them out bought 8% tok/s on
   // synth:qwen3-30b-a3b (session 7, docs/perf/megakernel.md).
   int g = 32;       // lanes per row: GroupLanes(m)
+  int g_log2 = 5;   // log2 of g
   int slices = 0;   // slices per row of m
   int slices2 = 0;  // of m2
   int units = 0;    // row groups of 32 / g rows
@@ -205,21 +206,26 @@ struct MatVecJob {
 // type allows (MaxLaneSlices) while the phase keeps a unit for at least half of the grid's warps:
 // fewer, fatter units leave warps idle, yet on qwen3-30b-a3b's gate/up phase (1,536 units at four
 // slices a lane, 2,112 warps) four slices beat two (docs/perf/megakernel.md, session 22).
+//
+// Shifts only: every count here is a power of two. With divisions and GroupLanes' loop, a job's
+// split was a few hundred dependent instructions, on thread 0 before the __syncthreads() that
+// publishes a phase's jobs and on every thread before the expert units; splitting three jobs at
+// once instead of one after another took 1.2 µs from each projections phase (session 47).
 __device__ __forceinline__ void SplitRows(MatVecJob& job, int repeats = 1) {
-  job.g = GroupLanes(job.m.type, job.m.cols);
-  for (int s = MaxLaneSlices(job.m.type); s > 1; s >>= 1) {
-    const int g = GroupLanes(job.m.type, job.m.cols, s);
-    const int rows_per_warp = 32 / g;
-    const int units = (job.m.rows + rows_per_warp - 1) / rows_per_warp * repeats;
+  job.slices = job.m.cols >> SliceShift(job.m.type);
+  int lg = RowLanesLog2(job.slices, 0);  // log2 of the lanes a row
+  for (int s = CeilLog2(MaxLaneSlices(job.m.type)); s > 0; --s) {
+    const int l = RowLanesLog2(job.slices, s);
+    const int units = ((job.m.rows + (32 >> l) - 1) >> (5 - l)) * repeats;
     if (2 * units >= GridWarps()) {
-      job.g = g;
+      lg = l;
       break;
     }
   }
-  job.slices = job.m.cols / SliceElems(job.m.type);
-  job.slices2 = job.mode == OutMode::kSwiGlu ? job.m2.cols / SliceElems(job.m2.type) : 0;
-  const int rows_per_warp = 32 / job.g;
-  job.units = (job.m.rows + rows_per_warp - 1) / rows_per_warp;
+  job.g = 1 << lg;
+  job.g_log2 = lg;
+  job.slices2 = job.mode == OutMode::kSwiGlu ? job.m2.cols >> SliceShift(job.m2.type) : 0;
+  job.units = (job.m.rows + (32 >> lg) - 1) >> (5 - lg);
 }
 
 // Q8_0 products of several step rows as 16-row tiles on the tensor cores (RunTile) instead of
@@ -285,7 +291,7 @@ template <int R>
 __device__ __forceinline__ void RunUnit(const MatVecJob& job, int u) {
   const int G = job.g;
   const int lane_g = Lane() & (G - 1);
-  const int row = u * (32 / G) + Lane() / G;
+  const int row = (u << (5 - job.g_log2)) + (Lane() >> job.g_log2);
   const bool active = row < job.m.rows;
   const RowSums<R> acc =
       UnitDot<R>(job.m.type, active ? job.m.data + row * job.m.row_bytes : nullptr, job.slices,
