@@ -77,13 +77,6 @@ TANDEM_HD int RowLanesLog2(int slices, int lane_slices_log2) {
   return lg < 5 ? lg : 5;
 }
 
-// Lanes that share one row of `cols` elements when each lane takes up to `lane_slices` (a power
-// of two) of its slices.
-TANDEM_HD int GroupLanes(int type, int cols, int lane_slices = 1) {
-  const int slices = SliceShift(type) < 0 ? cols : cols >> SliceShift(type);
-  return 1 << RowLanesLog2(slices, CeilLog2(lane_slices));
-}
-
 // "f32, f16, bf16, q8_0, q4_k, q5_k, q6_k, q3_k, iq4_xs": for error messages.
 std::string DeviceCodecNames();
 

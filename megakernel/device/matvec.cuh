@@ -194,11 +194,10 @@ struct MatVecJob {
   // How rows split over lanes, derived once per job (SplitRows), not per unit: the switches and
   // divisions behind them ran in the unit loop, and moving them out bought 8% tok/s on
   // synth:qwen3-30b-a3b (session 7, docs/perf/megakernel.md).
-  int g = 32;       // lanes per row: GroupLanes(m)
-  int g_log2 = 5;   // log2 of g
+  int g_log2 = 5;   // log2 of the lanes per row (RowLanesLog2)
   int slices = 0;   // slices per row of m
   int slices2 = 0;  // of m2
-  int units = 0;    // row groups of 32 / g rows
+  int units = 0;    // row groups of 32 >> g_log2 rows
 };
 
 // Fills the derived fields of `job` from its matrices; `repeats` matrices of this shape share the
@@ -207,10 +206,10 @@ struct MatVecJob {
 // fewer, fatter units leave warps idle, yet on qwen3-30b-a3b's gate/up phase (1,536 units at four
 // slices a lane, 2,112 warps) four slices beat two (docs/perf/megakernel.md, session 22).
 //
-// Shifts only: every count here is a power of two. With divisions and GroupLanes' loop, a job's
-// split was a few hundred dependent instructions, on thread 0 before the __syncthreads() that
-// publishes a phase's jobs and on every thread before the expert units; splitting three jobs at
-// once instead of one after another took 1.2 µs from each projections phase (session 47).
+// Shifts only: every count here is a power of two. With divisions and a loop over lane counts, a
+// job's split was a long chain of dependent instructions, on one thread before the __syncthreads()
+// that publishes a phase's jobs and on every thread before the expert units; splitting three jobs
+// at once instead of one after another took 1.2 µs from each projections phase (session 47).
 __device__ __forceinline__ void SplitRows(MatVecJob& job, int repeats = 1) {
   job.slices = job.m.cols >> SliceShift(job.m.type);
   int lg = RowLanesLog2(job.slices, 0);  // log2 of the lanes a row
@@ -222,7 +221,6 @@ __device__ __forceinline__ void SplitRows(MatVecJob& job, int repeats = 1) {
       break;
     }
   }
-  job.g = 1 << lg;
   job.g_log2 = lg;
   job.slices2 = job.mode == OutMode::kSwiGlu ? job.m2.cols >> SliceShift(job.m2.type) : 0;
   job.units = (job.m.rows + (32 >> lg) - 1) >> (5 - lg);
@@ -289,7 +287,7 @@ __device__ __forceinline__ float* OutAt(const MatVecJob& job, int r, int row) {
 // Unit u of job j (rows u*RPW .. of m), executed by the calling warp.
 template <int R>
 __device__ __forceinline__ void RunUnit(const MatVecJob& job, int u) {
-  const int G = job.g;
+  const int G = 1 << job.g_log2;
   const int lane_g = Lane() & (G - 1);
   const int row = (u << (5 - job.g_log2)) + (Lane() >> job.g_log2);
   const bool active = row < job.m.rows;
@@ -318,12 +316,14 @@ __device__ __forceinline__ void RunUnit(const MatVecJob& job, int u) {
 
 // The current phase's activation sets and jobs, one copy per block in shared memory. Kept out of
 // per-thread local memory on purpose: a local struct whose address is taken is spilled per
-// thread. Thread 0 writes (SetJob, PublishActs) before a __syncthreads(); every thread reads.
+// thread. Lane 0 of warp i writes job i (SetJob), thread 0 the activation sets (PublishActs),
+// before a __syncthreads(); every thread reads.
+inline constexpr int kMaxPhaseJobs = 4;
+static_assert(kMaxPhaseJobs <= kWarpsPerBlock, "SetJob gives each job of a phase a warp");
 struct PhasePlan {
   ActSet act[2];
-  MatVecJob job[4];
+  MatVecJob job[kMaxPhaseJobs];
 };
-static_assert(4 <= kWarpsPerBlock, "SetJob gives each job of a phase a warp");
 
 __device__ __forceinline__ PhasePlan& Plan() {
   __shared__ __align__(16) unsigned char storage[sizeof(PhasePlan)];

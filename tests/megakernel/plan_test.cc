@@ -140,14 +140,18 @@ TEST(LaneSplitTest, GroupsCoverARowWithTheGivenSlicesPerLane) {
   const int q4k = static_cast<int>(quant::GgmlType::kQ4_K);
   const int q3k = static_cast<int>(quant::GgmlType::kQ3_K);
   const int q8 = static_cast<int>(quant::GgmlType::kQ8_0);
-  EXPECT_EQ(GroupLanes(q4k, 2048), 32);     // 32 slices of 64
-  EXPECT_EQ(GroupLanes(q4k, 2048, 2), 16);  // two a lane
-  EXPECT_EQ(GroupLanes(q4k, 2048, 4), 8);   // four a lane
-  EXPECT_EQ(GroupLanes(q4k, 768), 16);      // 12 slices: 4 lanes idle
-  EXPECT_EQ(GroupLanes(q4k, 768, 4), 4);    // three a lane, every lane busy
-  EXPECT_EQ(GroupLanes(q3k, 2048), 8);      // 8 slices of 256 (whole blocks)
-  EXPECT_EQ(GroupLanes(q8, 4096), 32);      // 128 slices: at most a warp
-  EXPECT_EQ(GroupLanes(q8, 32), 1);
+  // Lanes of a row of `cols` elements with up to 2^lane_slices_log2 slices a lane.
+  auto lanes = [](int type, int cols, int lane_slices_log2 = 0) {
+    return 1 << RowLanesLog2(cols >> SliceShift(type), lane_slices_log2);
+  };
+  EXPECT_EQ(lanes(q4k, 2048), 32);     // 32 slices of 64
+  EXPECT_EQ(lanes(q4k, 2048, 1), 16);  // two a lane
+  EXPECT_EQ(lanes(q4k, 2048, 2), 8);   // four a lane
+  EXPECT_EQ(lanes(q4k, 768), 16);      // 12 slices: 4 lanes idle
+  EXPECT_EQ(lanes(q4k, 768, 2), 4);    // three a lane, every lane busy
+  EXPECT_EQ(lanes(q3k, 2048), 8);      // 8 slices of 256 (whole blocks)
+  EXPECT_EQ(lanes(q8, 4096), 32);      // 128 slices: at most a warp
+  EXPECT_EQ(lanes(q8, 32), 1);
   EXPECT_EQ(MaxLaneSlices(q4k), 4);
   EXPECT_EQ(MaxLaneSlices(static_cast<int>(quant::GgmlType::kQ5_K)), 4);
   EXPECT_EQ(MaxLaneSlices(q3k), 1);
