@@ -70,9 +70,10 @@ __device__ __forceinline__ AttentionSplit SplitAttention(const MixerArgs& A) {
   const int key_blocks = (n_keys + 31) >> 5;
   AttentionSplit s;
   s.step_rows = B;
-  const bool teams = A.force_teams || B * D.n_head_kv * team_teams * key_blocks >= GridWarps() / 2;
-  s.heads = teams ? team_heads : 1;
-  s.teams = teams ? team_teams : group;
+  const bool team_paths =
+      A.force_teams || B * D.n_head_kv * team_teams * key_blocks >= GridWarps() / 2;
+  s.heads = team_paths ? team_heads : 1;
+  s.teams = team_paths ? team_teams : group;
   s.rows = R > 1 && s.heads == 1 ? min(B, QueryRowsPerWarp(DimsPerLane(D.head_dim))) : 1;
   const int row_groups = s.rows == 1 ? B : (B + 1) >> 1;
   const int wanted =
