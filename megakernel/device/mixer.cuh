@@ -914,9 +914,9 @@ __device__ __forceinline__ void MergeLaneChunks(const float* chunks, int n_chunk
 template <int R>
 __device__ inline void AttentionCombine(const MixerArgs& A) {
   const ModelDims& D = A.dims;
-  const int B = StepRows<R>(A.in), hd = D.head_dim, nh = D.n_head;
+  const AttentionSplit S = SplitAttention<R>(A);  // the chunk count the items used
+  const int B = S.step_rows, hd = D.head_dim, nh = D.n_head, n_chunks = S.n_chunks;
   const int q_stride = D.q_head_stride();
-  const int n_chunks = SplitAttention<R>(A).n_chunks;
   const int part_len = kAttnPartHeader + hd;
   const int parts = hd / 32;
   const SmallDivisor parts_of_head = MakeSmallDivisor(parts);
