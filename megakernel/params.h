@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "megakernel/small_div.h"
 #include "runtime/quant/host_device.h"
 
 // Member functions callable from host and device code.
@@ -21,6 +22,9 @@ struct MoeMailbox;  // offload/mailbox.h
 
 // Rows of one step: 1 for plain decode, 2..8 for speculative verify (and prefill chunks).
 inline constexpr int kMaxRows = 8;
+// The longest context the CUDA kernels take (DimsForModel checks it): the attention split
+// divides a context's keys plus a chunk by SmallDivisor (small_div.h), exact below 2^22.
+inline constexpr int kMaxContext = 1 << 20;
 // Threads of every persistent block.
 inline constexpr int kBlockThreads = 512;
 inline constexpr int kWarpsPerBlock = kBlockThreads / 32;
@@ -68,6 +72,20 @@ inline constexpr int kMaxDeltaNetHeadParts = 4;
 // (flash-next-125b) of flags instead of 55 and 28 KB.
 inline constexpr int kFlagStride = 32;
 
+// Model dimensions the kernels divide flat item indices by, as SmallDivisors that DimsForModel
+// makes on the host (1 where the model has no such dimension). Read from a launch's constant bank,
+// their reciprocals take no registers in the item loops: made on the device, they made the one-row
+// attention kernel spill 36 more bytes (ptxas, session 48).
+struct DimDivisors {
+  SmallDivisor n_head;
+  SmallDivisor ssm_n_k;      // DeltaNet key heads
+  SmallDivisor ssm_n_v;      // value heads
+  SmallDivisor ssm_v_per_k;  // value heads of a key head
+  SmallDivisor conv_taps;    // conv state columns: ssm_conv_kernel - 1
+  SmallDivisor n_embd;
+  SmallDivisor n_expert_used;
+};
+
 struct ModelDims {
   int32_t n_layer = 0, n_embd = 0, n_vocab = 0, n_ctx = 0;
   float rms_eps = 0;
@@ -83,6 +101,7 @@ struct ModelDims {
   int32_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0, n_ff_shexp = 0;
   int32_t norm_topk_prob = 1;
   float expert_weights_scale = 0;  // 0 or 1: unused
+  DimDivisors divisors;
   TANDEM_MEMBER_HD int32_t ssm_conv_dim() const { return 2 * ssm_n_k * ssm_dk + ssm_n_v * ssm_dv; }
   TANDEM_MEMBER_HD int32_t ssm_d_inner() const { return ssm_n_v * ssm_dv; }
   // A query head's rows in the q projection: the head, then its gate rows when gated.

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "megakernel/codecs.h"
+#include "megakernel/small_div.h"
 #include "runtime/base/sizes.h"
 #include "runtime/base/status_macros.h"
 
@@ -45,11 +46,15 @@ absl::StatusOr<ModelDims> DimsForModel(const model::Model& model, int n_ctx) {
   need(d.head_dim % 32 == 0 && d.head_dim <= 256,
        absl::StrCat("head_dim ", d.head_dim, " (need a multiple of 32, at most 256)"));
   need(d.n_rot % 2 == 0 && d.n_rot <= d.head_dim, absl::StrCat("rotary dims ", d.n_rot));
-  need(d.n_embd % 32 == 0, absl::StrCat("hidden size ", d.n_embd, " (need a multiple of 32)"));
+  // The MoE combine divides a step's row elements by SmallDivisor (small_div.h).
+  need(d.n_embd % 32 == 0 && d.n_embd < kSmallDividendLimit / kMaxRows,
+       absl::StrCat("hidden size ", d.n_embd, " (need a multiple of 32, below ",
+                    kSmallDividendLimit / kMaxRows, ")"));
   need(d.n_expert <= kMaxExperts, absl::StrCat(d.n_expert, " experts (at most ", kMaxExperts, ")"));
   need(d.n_expert_used <= kMaxExpertsUsed,
        absl::StrCat(d.n_expert_used, " experts per token (at most ", kMaxExpertsUsed, ")"));
-  need(n_ctx >= 1, absl::StrCat("context ", n_ctx));
+  need(n_ctx >= 1 && n_ctx <= kMaxContext,
+       absl::StrCat("context ", n_ctx, " (need 1 to ", kMaxContext, " tokens)"));
   if (hp.is_hybrid()) {
     need(d.ssm_conv_kernel >= 2 && d.ssm_conv_kernel <= 8,
          absl::StrCat("conv kernel ", d.ssm_conv_kernel, " (need 2..8)"));
@@ -64,6 +69,15 @@ absl::StatusOr<ModelDims> DimsForModel(const model::Model& model, int n_ctx) {
     return absl::UnimplementedError(
         absl::StrCat(model.source(), ": the CUDA kernels do not support ", bad));
   }
+  auto divisor = [](int v) { return MakeSmallDivisor(v >= 1 ? v : 1); };
+  DimDivisors& dd = d.divisors;
+  dd.n_head = divisor(d.n_head);
+  dd.ssm_n_k = divisor(d.ssm_n_k);
+  dd.ssm_n_v = divisor(d.ssm_n_v);
+  dd.ssm_v_per_k = divisor(d.ssm_n_k >= 1 ? d.ssm_n_v / d.ssm_n_k : 1);
+  dd.conv_taps = divisor(d.ssm_conv_kernel - 1);
+  dd.n_embd = divisor(d.n_embd);
+  dd.n_expert_used = divisor(d.n_expert_used);
   return d;
 }
 

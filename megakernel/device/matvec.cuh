@@ -8,6 +8,7 @@
 #include "megakernel/codecs/dispatch.cuh"
 #include "megakernel/device/common.cuh"
 #include "megakernel/params.h"
+#include "megakernel/small_div.h"
 #include "megakernel/smem.h"
 
 namespace tandem::megakernel {
@@ -111,6 +112,7 @@ __device__ __forceinline__ void NormRows(const float* src, int src_stride, int n
 template <int kBatch>
 __device__ __forceinline__ void QuantizeRows(const float* x, int stride, int n, const ActSet& a) {
   const int blocks_per_row = a.cols / 32;
+  const SmallDivisor per_row = MakeSmallDivisor(blocks_per_row);
   const int total = n * blocks_per_row;
   const int sub = Lane() & 7;
   constexpr int kStep = kWarpsPerBlock * 4;  // blocks a block's warps take per step
@@ -119,7 +121,8 @@ __device__ __forceinline__ void QuantizeRows(const float* x, int stride, int n, 
 #pragma unroll
     for (int k = 0; k < kBatch; ++k) {
       const int blk = min(first + (Lane() >> 3) + k * kStep, total - 1);
-      const int r = blk / blocks_per_row, b = blk % blocks_per_row;
+      int r, b;
+      DivMod(blk, per_row, &r, &b);
       v[k] =
           *reinterpret_cast<const float4*>(x + static_cast<int64_t>(r) * stride + 32 * b + 4 * sub);
     }
@@ -138,7 +141,8 @@ __device__ __forceinline__ void QuantizeRows(const float* x, int stride, int n, 
       int isum = (q0 + q1) + (q2 + q3);
       for (int o = 4; o > 0; o >>= 1) isum += __shfl_xor_sync(kFullMask, isum, o);
       if (blk >= total) continue;
-      const int r = blk / blocks_per_row, b = blk % blocks_per_row;
+      int r, b;
+      DivMod(blk, per_row, &r, &b);
       const uint32_t q =
           (static_cast<uint32_t>(q0) & 0xffu) | (static_cast<uint32_t>(q1) & 0xffu) << 8 |
           (static_cast<uint32_t>(q2) & 0xffu) << 16 | (static_cast<uint32_t>(q3) & 0xffu) << 24;

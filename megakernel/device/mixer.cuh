@@ -50,25 +50,38 @@ __host__ __device__ constexpr int QueryRowsPerWarp(int dims_per_lane) {
 }
 static_assert(QueryRowsPerWarp(1) <= kMaxQueryRowsPerWarp, "the partials buffer's bound");
 
+// ceil(a / d) for a ≥ 0, d ≥ 1, by SmallDivisor (a divisor used once: its reciprocal and the
+// quotient are still shorter than an integer division's chain).
+__device__ __forceinline__ int CeilQuotient(int a, int d) {
+  return Quotient(a + d - 1, MakeSmallDivisor(d));
+}
+
+// Everything after the load of StepInput::first_pos (and, in the multi-row kernels, n_rows) is on
+// the path of every attention item's first load, so it divides by SmallDivisor.
 template <int R>
 __device__ __forceinline__ AttentionSplit SplitAttention(const MixerArgs& A) {
+  static_assert(kMaxQueryRowsPerWarp == 2, "row groups are rows or pairs of rows");
   const ModelDims& D = A.dims;
-  const int B = StepRows<R>(A.in), group = D.n_head / D.n_head_kv;
+  const int group = D.n_head / D.n_head_kv;
+  const int team_heads = TeamHeads(group, D.head_dim);
+  const int team_teams = TeamsPerKvGroup(D);
+  const int B = StepRows<R>(A.in);
   const int n_keys = A.in->first_pos + B;
-  const int key_blocks = (n_keys + 31) / 32;
+  const int key_blocks = (n_keys + 31) >> 5;
   AttentionSplit s;
   s.step_rows = B;
-  s.heads = TeamHeads(group, D.head_dim);
-  const int team_warps = B * D.n_head_kv * ((group + s.heads - 1) / s.heads) * key_blocks;
-  if (!A.force_teams && team_warps < GridWarps() / 2) s.heads = 1;
+  const bool team_paths =
+      A.force_teams || B * D.n_head_kv * team_teams * key_blocks >= GridWarps() / 2;
+  s.heads = team_paths ? team_heads : 1;
+  s.teams = team_paths ? team_teams : group;
   s.rows = R > 1 && s.heads == 1 ? min(B, QueryRowsPerWarp(DimsPerLane(D.head_dim))) : 1;
-  s.teams = (group + s.heads - 1) / s.heads;
-  const int row_groups = R > 1 ? (B + s.rows - 1) / s.rows : B;
-  const int wanted = max(1, GridWarps() / (row_groups * D.n_head_kv * s.teams));
-  const int len = (n_keys + wanted - 1) / wanted;
+  const int row_groups = s.rows == 1 ? B : (B + 1) >> 1;
+  const int wanted =
+      max(1, Quotient(GridWarps(), MakeSmallDivisor(row_groups * D.n_head_kv * s.teams)));
+  const int len = CeilQuotient(n_keys, wanted);
   s.chunk = max(kMinAttentionChunk,
                 (len + kMinAttentionChunk - 1) / kMinAttentionChunk * kMinAttentionChunk);
-  s.n_chunks = (n_keys + s.chunk - 1) / s.chunk;
+  s.n_chunks = CeilQuotient(n_keys, s.chunk);
   return s;
 }
 
@@ -215,7 +228,11 @@ __device__ __forceinline__ uint32_t* ChunksDone(const MixerArgs& A, int row, int
 template <int R>
 __device__ __forceinline__ void ZeroChunkCounts(const MixerArgs& A, int first, int stride) {
   const int nh = A.dims.n_head;
-  for (int i = first; i < StepRows<R>(A.in) * nh; i += stride) *ChunksDone(A, i / nh, i % nh) = 0;
+  for (int i = first; i < StepRows<R>(A.in) * nh; i += stride) {
+    int r, h;
+    DivMod(i, A.dims.divisors.n_head, &r, &h);
+    *ChunksDone(A, r, h) = 0;
+  }
 }
 
 // After the warp's partials of n (row, head) pairs (n ≤ 32), the i-th being (r + i * dr, h + i *
@@ -273,9 +290,11 @@ __device__ inline void NormRopeHeads(const MixerArgs& A, bool queries, uint8_t* 
   const int B = StepRows<R>(A.in), hd = D.head_dim, n_kv = D.n_head_kv;
   const int q_stride = D.q_head_stride();
   const int per_row = n_kv + (queries ? D.n_head : 0);
+  const SmallDivisor heads_per_row = MakeSmallDivisor(per_row);
   float* head = reinterpret_cast<float*>(smem + Warp() * kAttentionBytesPerWarp);
   for (int it = GlobalWarp(); it < B * per_row; it += GridWarps()) {
-    const int r = it / per_row, i = it % per_row;
+    int r, i;
+    DivMod(it, heads_per_row, &r, &i);
     const int pos = A.in->first_pos + r;
     float* row = A.s.proj + static_cast<int64_t>(r) * A.s.proj_stride;
     __syncwarp();  // the previous head's reads of `head` are done
@@ -464,12 +483,23 @@ __device__ void AttentionHeadPartials(const MixerArgs& A, const AttentionSplit& 
   const int group = nh / D.n_head_kv;
   const int chunk = S.chunk, n_chunks = S.n_chunks;
   const int rows = kRows == 1 ? 1 : S.rows;  // constant in the one-row kernel
-  const int n_groups = (B + rows - 1) / rows;
+  const int n_groups = rows == 1 ? B : (B + 1) >> 1;  // rows or pairs of rows (SplitAttention)
   const float scale = 1.0f / sqrtf(static_cast<float>(hd));
   const int per_lane = hd / 32;
   const int kv_dim = D.kv_dim();
   for (int it = GlobalWarp(); it < n_groups * nh * n_chunks; it += GridWarps()) {
-    const int c = it % n_chunks, h = (it / n_chunks) % nh, r0 = it / (n_chunks * nh) * rows;
+    // The query's load waits for c and h: a SmallDivisor quotient, and no division at all in the
+    // one-row kernels. The integer divisions here (multi-row steps, and g, which only the key
+    // loads after the query wait for) spill less than SmallDivisors (ptxas, session 48).
+    int c, head_item, row_group = 0, h;
+    DivMod(it, MakeSmallDivisor(n_chunks), &head_item, &c);
+    if (n_groups == 1) {  // a constant in the one-row kernels
+      h = head_item;
+    } else {
+      row_group = head_item / nh;
+      h = head_item - row_group * nh;
+    }
+    const int r0 = row_group * rows;
     const int n_rows = kRows == 1 ? 1 : min(rows, B - r0);  // warp-uniform
     const int first_keys = A.in->first_pos + r0 + 1;        // row r0 + i sees first_keys + i
     const int k0 = c * chunk, k1 = min(first_keys + n_rows - 1, k0 + chunk);
@@ -578,12 +608,14 @@ __device__ void AttentionTeamPartials(const MixerArgs& A, const AttentionSplit& 
   constexpr int kKeyBatch = 4;
   static_assert(kHeads * kStride * 4 <= kAttentionBytesPerWarp, "");
   const ModelDims& D = A.dims;
-  const int B = S.step_rows, hd = D.head_dim, nh = D.n_head, n_kv = D.n_head_kv;
-  const int group = nh / n_kv;
+  const int B = S.step_rows, hd = D.head_dim, n_kv = D.n_head_kv;
+  const int group = D.n_head / n_kv;
   const float scale = 1.0f / sqrtf(static_cast<float>(hd));
   const int per_lane = hd / 32;
   const int kv_dim = D.kv_dim();
   float* q_smem = reinterpret_cast<float*>(smem + Warp() * kAttentionBytesPerWarp);
+  // Integer divisions here: SmallDivisor's decode made this loop spill 12-28 bytes more (ptxas),
+  // and a team item is long (the long-context path).
   for (int it = GlobalWarp(); it < B * n_kv * S.teams * S.n_chunks; it += GridWarps()) {
     const int c = it % S.n_chunks;
     const int team = (it / S.n_chunks) % S.teams;
@@ -687,12 +719,14 @@ __device__ __noinline__ void AttentionTeamPartialsLanesOverDims(const MixerArgs&
   static_assert(kGroupKeys % kLoadKeys == 0, "");
   static_assert(kHeads * kStride * 4 <= kAttentionBytesPerWarp, "");
   const ModelDims& D = A.dims;
-  const int B = S.step_rows, hd = D.head_dim, nh = D.n_head, n_kv = D.n_head_kv;
-  const int group = nh / n_kv;
+  const int B = S.step_rows, hd = D.head_dim, n_kv = D.n_head_kv;
+  const int group = D.n_head / n_kv;
   const float scale = 1.0f / sqrtf(static_cast<float>(hd));
   const int per_lane = hd / 32;
   const int kv_dim = D.kv_dim();
   float* q_smem = reinterpret_cast<float*>(smem + Warp() * kAttentionBytesPerWarp);
+  // Integer divisions here: SmallDivisor's decode made this loop spill 12-28 bytes more (ptxas),
+  // and a team item is long (the long-context path).
   for (int it = GlobalWarp(); it < B * n_kv * S.teams * S.n_chunks; it += GridWarps()) {
     const int c = it % S.n_chunks;
     const int team = (it / S.n_chunks) % S.teams;
@@ -880,13 +914,16 @@ __device__ __forceinline__ void MergeLaneChunks(const float* chunks, int n_chunk
 template <int R>
 __device__ inline void AttentionCombine(const MixerArgs& A) {
   const ModelDims& D = A.dims;
-  const int B = StepRows<R>(A.in), hd = D.head_dim, nh = D.n_head;
+  const AttentionSplit S = SplitAttention<R>(A);  // the chunk count the items used
+  const int B = S.step_rows, hd = D.head_dim, nh = D.n_head, n_chunks = S.n_chunks;
   const int q_stride = D.q_head_stride();
-  const int n_chunks = SplitAttention<R>(A).n_chunks;
   const int part_len = kAttnPartHeader + hd;
   const int parts = hd / 32;
+  const SmallDivisor parts_of_head = MakeSmallDivisor(parts);
   for (int it = GridWarps() - 1 - GlobalWarp(); it < B * nh * parts; it += GridWarps()) {
-    const int part = it % parts, h = (it / parts) % nh, r = it / (parts * nh);
+    int part, head_item, h, r;
+    DivMod(it, parts_of_head, &head_item, &part);
+    DivMod(head_item, D.divisors.n_head, &r, &h);
     WaitCounts(ChunksDone(A, r, h), 0, 1, static_cast<uint32_t>(n_chunks));
     const float* chunks = PartialOf(A, n_chunks, r, h, 0);
     float m = -INFINITY, l = 0, acc[32];
@@ -933,9 +970,9 @@ __device__ void AttentionOutput(const MixerArgs& A, uint8_t* smem) {
 
 // DeltaNet phase 1: the causal conv (+ SiLU), the q/k L2 norms and the delta rule, a block per
 // value head part (block b takes part b / n_v of head b % n_v; the runner checks that the grid
-// has a block for each head). A part is 1/parts of the head's state columns, parts =
-// DeltaNetHeadParts: up to 4 blocks share a head where the grid has room. The block convolves the
-// channels its part reads, the q and k of its key head and its own value channels, into shared
+// has a block for each head). A part is 1/parts of the head's state columns, parts = 2 to the
+// DeltaNetHeadPartsLog2: up to 4 blocks share a head where the grid has room. The block convolves
+// the channels its part reads, the q and k of its key head and its own value channels, into shared
 // memory, norms q and k there, and runs the rule from there, so that no row waits on another
 // multiprocessor. Split over 4 blocks, flash-next-125b's phase went from 8.4 to 7.2 us at one row
 // and from 16.8 to 11.5 at four (session 38): a block loads, updates and snapshots a quarter of
@@ -966,10 +1003,12 @@ __device__ __forceinline__ float Softplus(float x) { return x > 20.0f ? x : log1
 
 // The key head value head j reads, and the i-th of the value heads that read key head kh.
 __device__ __forceinline__ int KeyHeadOf(const ModelDims& D, int j) {
-  return D.ssm_tiled_heads ? j % D.ssm_n_k : j / (D.ssm_n_v / D.ssm_n_k);
+  int q, r;
+  DivMod(j, D.ssm_tiled_heads ? D.divisors.ssm_n_k : D.divisors.ssm_v_per_k, &q, &r);
+  return D.ssm_tiled_heads ? r : q;  // j % n_k, or j / (n_v / n_k)
 }
 __device__ __forceinline__ int KeyGroupMember(const ModelDims& D, int kh, int i) {
-  return D.ssm_tiled_heads ? kh + i * D.ssm_n_k : kh * (D.ssm_n_v / D.ssm_n_k) + i;
+  return D.ssm_tiled_heads ? kh + i * D.ssm_n_k : kh * D.divisors.ssm_v_per_k.d + i;
 }
 
 // The sum of v over the `groups` neighbouring lanes of a column (lanes c·groups .. c·groups +
@@ -1028,15 +1067,17 @@ __device__ __forceinline__ void ConvChannel(const MixerArgs& A, int c, float* ou
   for (int j = 0; j < kState; ++j) next[j] = st[j];
 }
 
-// The blocks a value head's state columns are split over: the most, up to kMaxDeltaNetHeadParts,
-// that the grid has room for and that leave each block a whole number of the head's n_chunks.
-__device__ __forceinline__ int DeltaNetHeadParts(const ModelDims& D, int n_chunks) {
-  int parts = 1;
-  while (parts * 2 <= kMaxDeltaNetHeadParts &&
-         parts * 2 * D.ssm_n_v <= static_cast<int>(gridDim.x) && n_chunks % (parts * 2) == 0) {
-    parts *= 2;
+// log2 of the blocks a value head's state columns are split over: the most, up to
+// kMaxDeltaNetHeadParts, that the grid has room for and that leave each block a whole number of
+// the head's n_chunks.
+__device__ __forceinline__ int DeltaNetHeadPartsLog2(const ModelDims& D, int n_chunks) {
+  int lg = 0;
+  while ((2 << lg) <= kMaxDeltaNetHeadParts &&
+         (2 << lg) * D.ssm_n_v <= static_cast<int>(gridDim.x) &&
+         (n_chunks & ((2 << lg) - 1)) == 0) {
+    ++lg;
   }
-  return parts;
+  return lg;
 }
 
 template <int R>
@@ -1045,26 +1086,29 @@ __device__ inline void DeltaNetConvRule(const MixerArgs& A, uint8_t* smem) {
   const int B = StepRows<R>(A.in);
   const int n_k = D.ssm_n_k, n_v = D.ssm_n_v, dk = D.ssm_dk, dv = D.ssm_dv;
   const int key_dim = n_k * dk, conv_dim = D.ssm_conv_dim(), d_inner = D.ssm_d_inner();
-  const int rr = n_v / n_k, K = D.ssm_conv_kernel;
+  const int rr = D.divisors.ssm_v_per_k.d, K = D.ssm_conv_kernel;
   const int row_floats = DeltaNetRowFloats(dk, dv);
-  const int groups = dk / kRuleRowsPerLane;  // a power of two, 1 to 16 (plan.cc)
-  const int g = Lane() % groups, cols = 32 / groups;
-  const int n_chunks = dv / cols;  // dv: a multiple of 32 (plan.cc)
-  const int parts = DeltaNetHeadParts(D, n_chunks);
-  const int part = static_cast<int>(blockIdx.x) / n_v, part_dv = dv / parts;
+  // Shifts, not divisions, from here to the first state load: dk / 32 lanes share a column, a
+  // power of two from 1 to 16, and dv is a multiple of 32 (plan.cc).
+  const int groups_log2 = CeilLog2(dk / kRuleRowsPerLane), groups = 1 << groups_log2;
+  const int g = Lane() & (groups - 1), cols = 32 >> groups_log2;
+  const int n_chunks = dv >> (5 - groups_log2);  // dv / cols
+  const int parts_log2 = DeltaNetHeadPartsLog2(D, n_chunks), parts = 1 << parts_log2;
+  int part, j;  // the runner checks that the grid has n_v blocks
+  DivMod(static_cast<int>(blockIdx.x), D.divisors.ssm_n_v, &part, &j);
+  const int part_dv = dv >> parts_log2;
   const int n_ch = 2 * dk + part_dv;
-  const int chunk0 = part * (n_chunks / parts), chunk_end = chunk0 + n_chunks / parts;
+  const int chunk0 = part * (n_chunks >> parts_log2), chunk_end = chunk0 + (n_chunks >> parts_log2);
   const int64_t row_step = static_cast<int64_t>(groups) * dv;
   const float q_scale = 1.0f / sqrtf(static_cast<float>(dk));
   float* y = reinterpret_cast<float*>(smem);
-  const int j = static_cast<int>(blockIdx.x) % n_v;  // the runner checks that the grid has n_v
   if (part >= parts) return;
   const int kh = KeyHeadOf(D, j);
   const bool writes_keys = part == 0 && KeyGroupMember(D, kh, rr - 1) == j;
   // A lane's rows of its column in chunk `chunk`.
   auto column = [&](int chunk) {
     return A.dn.ssm_state + static_cast<int64_t>(j) * dk * dv + static_cast<int64_t>(g) * dv +
-           chunk * cols + Lane() / groups;
+           chunk * cols + (Lane() >> groups_log2);
   };
   int chunk = chunk0 + Warp();
   float s[kRuleRowsPerLane];  // the first chunk's, loaded before the conv so the two overlap
@@ -1097,7 +1141,8 @@ __device__ inline void DeltaNetConvRule(const MixerArgs& A, uint8_t* smem) {
       const float* ba = A.s.proj + static_cast<int64_t>(r) * A.s.proj_stride + conv_dim + d_inner;
       float b, alpha;
       if (D.ssm_grouped_ba) {
-        const int gb = j / rr, i = j % rr;
+        int gb, i;
+        DivMod(j, D.divisors.ssm_v_per_k, &gb, &i);
         b = ba[gb * 2 * rr + i];
         alpha = ba[gb * 2 * rr + rr + i];
       } else {
@@ -1118,7 +1163,9 @@ __device__ inline void DeltaNetConvRule(const MixerArgs& A, uint8_t* smem) {
   } else if (Warp() == 0) {
     for (int i = Lane(); i < rr * parts - 1; i += 32) {  // every other block of the key head
       const int b = i < rr - 1 ? i : i + 1;  // part b / rr of member b % rr, skipping this block
-      const int reader = b / rr * n_v + KeyGroupMember(D, kh, b % rr);
+      int reader_part, member;
+      DivMod(b, D.divisors.ssm_v_per_k, &reader_part, &member);
+      const int reader = reader_part * n_v + KeyGroupMember(D, kh, member);
       // Relaxed polls, then one acquire load, as WaitCounts (an acquire load empties the L1).
       cuda::atomic_ref<uint32_t, cuda::thread_scope_device> w(*StepFlag(A, reader));
       while (w.load(cuda::memory_order_relaxed) != A.in->seq) {
@@ -1141,9 +1188,10 @@ __device__ inline void DeltaNetConvRule(const MixerArgs& A, uint8_t* smem) {
   __syncthreads();
   if (writes_keys) {  // the q and k channels' state, now that the group has read it
     for (int i = threadIdx.x; i < 2 * dk * (K - 1); i += kBlockThreads) {
-      const int t = i / (K - 1);
+      int t, tap;
+      DivMod(i, D.divisors.conv_taps, &t, &tap);
       const int c = t < dk ? kh * dk + t : key_dim + kh * dk + (t - dk);
-      A.dn.conv_state[static_cast<int64_t>(c) * (K - 1) + i % (K - 1)] = keys_next[i];
+      A.dn.conv_state[static_cast<int64_t>(c) * (K - 1) + tap] = keys_next[i];
     }
   }
 
@@ -1153,7 +1201,7 @@ __device__ inline void DeltaNetConvRule(const MixerArgs& A, uint8_t* smem) {
 #pragma unroll
       for (int i = 0; i < kRuleRowsPerLane; ++i) s[i] = S[i * row_step];
     }
-    const int vv = chunk * cols + Lane() / groups;
+    const int vv = chunk * cols + (Lane() >> groups_log2);
     for (int r = 0; r < B; ++r) {
       const float* q = y + r * row_floats;
       const float* k = q + dk;
@@ -1190,7 +1238,8 @@ __device__ __forceinline__ void GatedNormHeads(const MixerArgs& A, float* xs, in
   const int B = StepRows<R>(A.in), dv = D.ssm_dv, n_v = D.ssm_n_v, d_inner = D.ssm_d_inner();
   const int conv_dim = D.ssm_conv_dim();
   for (int it = first; it < B * n_v; it += step) {
-    const int r = it / n_v, j = it % n_v;
+    int r, j;
+    DivMod(it, D.divisors.ssm_n_v, &r, &j);
     const float* o = A.s.mix2 + static_cast<int64_t>(r) * d_inner + j * dv;
     const float* z = A.s.proj + static_cast<int64_t>(r) * A.s.proj_stride + conv_dim + j * dv;
     float ss = 0;

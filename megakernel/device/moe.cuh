@@ -242,8 +242,10 @@ template <class F>
 __device__ __forceinline__ void ForUnitsOfSlots(int upe, int total, F&& f) {
   if (upe <= 0) return;
   const int first = GlobalWarp(), step = GridWarps();
-  int s = first / upe, unit = first % upe;
-  const int step_s = step / upe, step_unit = step % upe;
+  const SmallDivisor units_per_slot = MakeSmallDivisor(upe);
+  int s, unit, step_s, step_unit;
+  DivMod(first, units_per_slot, &s, &unit);
+  DivMod(step, units_per_slot, &step_s, &step_unit);
   for (int u = first; u < total; u += step) {
     f(u, s, unit);
     s += step_s;
@@ -270,7 +272,8 @@ __device__ __forceinline__ void PublishRoutes(const MoeArgs& A, const RouteTable
   }
   const int k = D.n_expert_used;
   for (int i = threadIdx.x; i < B * k; i += kBlockThreads) {
-    const int r = i / k, j = i % k;
+    int r, j;
+    DivMod(i, D.divisors.n_expert_used, &r, &j);
     const int pair = rt.row_pair[r][j];
     int e;
     if (pair >= 0) {
@@ -442,9 +445,10 @@ __device__ inline void MoeCombinePhase(const MoeArgs& A) {
     while (done.load(cuda::memory_order_acquire) != want) {
     }
   }
-  const int64_t tid = static_cast<int64_t>(blockIdx.x) * kBlockThreads + threadIdx.x;
-  for (int64_t i = tid; i < static_cast<int64_t>(B) * H; i += static_cast<int64_t>(gridDim.x) * kBlockThreads) {
-    const int r = static_cast<int>(i / H), c = static_cast<int>(i % H);
+  const int tid = static_cast<int>(blockIdx.x) * kBlockThreads + static_cast<int>(threadIdx.x);
+  for (int i = tid; i < B * H; i += static_cast<int>(gridDim.x) * kBlockThreads) {
+    int r, c;
+    DivMod(i, D.divisors.n_embd, &r, &c);
     float v = 0;
     for (int j = 0; j < k; ++j) {
       const int pair = rt.row_pair[r][j];

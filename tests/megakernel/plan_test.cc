@@ -128,10 +128,41 @@ TEST(PlanTest, RefusesDeltaNetHeadsTheKernelsDoNotTake) {
   EXPECT_TRUE(DimsForModel(*fits, 256).ok());
 }
 
-TEST(PlanTest, RefusesAZeroContext) {
+// The kernels divide item indices by these (small_div.h); a divisor that disagreed with its
+// dimension would misplace items silently.
+TEST(PlanTest, DimsCarryTheDivisorsOfTheirDimensions) {
+  for (const char* spec : {"synth:tiny-qwen3moe", "synth:tiny-qwen3next", "synth:tiny-qwen35moe",
+                           "synth:qwen3-30b-a3b", "synth:flash-next-125b"}) {
+    auto m = Describe(spec);
+    ASSERT_NE(m, nullptr);
+    auto d = DimsForModel(*m, 512);
+    ASSERT_TRUE(d.ok()) << d.status();
+    const DimDivisors& v = d->divisors;
+    EXPECT_EQ(v.n_head.d, d->n_head) << spec;
+    EXPECT_EQ(v.n_embd.d, d->n_embd) << spec;
+    EXPECT_EQ(v.n_expert_used.d, d->n_expert_used) << spec;
+    if (d->ssm_n_v > 0) {
+      EXPECT_EQ(v.ssm_n_k.d, d->ssm_n_k) << spec;
+      EXPECT_EQ(v.ssm_n_v.d, d->ssm_n_v) << spec;
+      EXPECT_EQ(v.ssm_v_per_k.d, d->ssm_n_v / d->ssm_n_k) << spec;
+      EXPECT_EQ(v.conv_taps.d, d->ssm_conv_kernel - 1) << spec;
+    }
+    for (const SmallDivisor& s :
+         {v.n_head, v.ssm_n_k, v.ssm_n_v, v.ssm_v_per_k, v.conv_taps, v.n_embd, v.n_expert_used}) {
+      EXPECT_EQ(s.inv_2d, MakeSmallDivisor(s.d).inv_2d) << spec;
+    }
+  }
+}
+
+TEST(PlanTest, RefusesAZeroContextAndOnePastTheLongest) {
   auto m = Describe("synth:tiny-qwen3moe");
   ASSERT_NE(m, nullptr);
   EXPECT_FALSE(DimsForModel(*m, 0).ok());
+  EXPECT_TRUE(DimsForModel(*m, kMaxContext).ok());
+  const auto past = DimsForModel(*m, kMaxContext + 1);
+  ASSERT_FALSE(past.ok());
+  EXPECT_NE(past.status().message().find("need 1 to 1048576 tokens"), std::string::npos)
+      << past.status();
 }
 
 // A lane group is the smallest power of two whose lanes cover a row's slices, at most a warp;

@@ -80,7 +80,8 @@ void AddEngineFlags(CLI::App* cmd, engine::EngineOptions* options) {
   cmd->add_flag("!--no-cuda-graphs", options->cuda_graphs,
                 "cuda: launch kernels directly instead of replaying a captured CUDA graph per step");
   cmd->add_option("--ctx", options->n_ctx,
-                  "Context length in tokens (0: the model's training context, at most 4096)")
+                  "Context length in tokens (0: the model's training context, at most 4096; the "
+                  "cuda backend takes at most 1048576)")
       ->capture_default_str();
   AddCacheTypeFlag(cmd, &options->cache_type);
   AddExpertPoolFlags(cmd, &options->cpu_isa, &options->cpu_numa, &options->cpu_backup_us,
