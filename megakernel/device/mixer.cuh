@@ -1088,8 +1088,9 @@ __device__ inline void DeltaNetConvRule(const MixerArgs& A, uint8_t* smem) {
   const int key_dim = n_k * dk, conv_dim = D.ssm_conv_dim(), d_inner = D.ssm_d_inner();
   const int rr = D.divisors.ssm_v_per_k.d, K = D.ssm_conv_kernel;
   const int row_floats = DeltaNetRowFloats(dk, dv);
-  // Shifts, not divisions, from here to the first state load: dk / 32 lanes share a column, a
-  // power of two from 1 to 16, and dv is a multiple of 32 (plan.cc).
+  // No integer division from here to the first state load: shifts, as dk / 32 lanes share a
+  // column (a power of two from 1 to 16) and dv is a multiple of 32 (plan.cc), and one
+  // SmallDivisor quotient for the block's head and part.
   const int groups_log2 = CeilLog2(dk / kRuleRowsPerLane), groups = 1 << groups_log2;
   const int g = Lane() & (groups - 1), cols = 32 >> groups_log2;
   const int n_chunks = dv >> (5 - groups_log2);  // dv / cols
