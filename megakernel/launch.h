@@ -64,12 +64,4 @@ cudaError_t LaunchMatVec(const Matrix& m, const float* x, int n_rows, float* out
 // nothing else (megakernel/ceilings.h times it).
 cudaError_t LaunchBarrierProbe(int grid, int n_syncs, cudaStream_t stream);
 
-// The rows variants compiled (kernel sets for 1, 4 and kMaxRows rows); n rows run on the smallest
-// that holds them, because the per-row work of a variant is unrolled for all its rows (a 4-row
-// verify on the 8-row set cost 2.2-2.7 decode steps, docs/perf/megakernel.md).
-inline constexpr int kNumRowsVariants = 3;
-inline constexpr int kRowsVariants[kNumRowsVariants] = {1, 4, kMaxRows};
-inline int RowsVariantIndex(int n_rows) { return n_rows <= 1 ? 0 : n_rows <= 4 ? 1 : 2; }
-inline int RowsVariant(int n_rows) { return kRowsVariants[RowsVariantIndex(n_rows)]; }
-
 }  // namespace tandem::megakernel

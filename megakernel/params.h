@@ -29,6 +29,14 @@ inline constexpr int kMaxContext = 1 << 20;
 inline constexpr int kBlockThreads = 512;
 inline constexpr int kWarpsPerBlock = kBlockThreads / 32;
 
+// The rows variants compiled (kernel sets for 1, 4 and kMaxRows rows); n rows run on the smallest
+// that holds them, because the per-row work of a variant is unrolled for all its rows (a 4-row
+// verify on the 8-row set cost 2.2-2.7 decode steps, docs/perf/megakernel.md).
+inline constexpr int kNumRowsVariants = 3;
+inline constexpr int kRowsVariants[kNumRowsVariants] = {1, 4, kMaxRows};
+inline int RowsVariantIndex(int n_rows) { return n_rows <= 1 ? 0 : n_rows <= 4 ? 1 : 2; }
+inline int RowsVariant(int n_rows) { return kRowsVariants[RowsVariantIndex(n_rows)]; }
+
 // One weight matrix in GGUF layout on the device: `rows` rows of `cols` elements, each row
 // `row_bytes` long. `type` is a quant::GgmlType value with a device codec.
 struct Matrix {

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "megakernel/codecs.h"
 #include "megakernel/small_div.h"
+#include "megakernel/smem.h"
 #include "runtime/base/sizes.h"
 #include "runtime/base/status_macros.h"
 
@@ -143,6 +144,49 @@ VramPlan PlanVram(const model::Model& model, const ModelDims& dims, int n_ctx, b
     }
   }
   return plan;
+}
+
+HalfSmem SmemForRows(const ModelDims& d, bool hybrid, int R) {
+  const int k = d.n_expert_used;
+  const int d_inner = hybrid ? d.ssm_d_inner() : 0;
+  HalfSmem s;
+  s.mixer = std::max({ActSetBytes(R, d.n_embd, true), ActSetBytes(R, d.n_head * d.head_dim, false),
+                      hybrid ? ActSetBytes(R, d_inner, true) : int64_t{0},
+                      hybrid ? DeltaNetSmemBytes(R, d.ssm_dk, d.ssm_dv, d.ssm_conv_kernel)
+                             : int64_t{0},
+                      kWarpsPerBlock * kAttentionBytesPerWarp});
+  s.moe = std::max({ActSetBytes(R, d.n_embd, true),
+                    RouteSmemBytes(d.n_expert, R) + ActSetBytes(R, d.n_embd, true) +
+                        (d.n_ff_shexp > 0 ? ActSetBytes(R, d.n_ff_shexp, false) : 0),
+                    ActSetBytes(R * k, d.n_ff_exp, false)});
+  s.head = ActSetBytes(R, d.n_embd, true);
+  return s;
+}
+
+RowsFit FitRows(const ModelDims& dims, bool hybrid,
+                const std::function<HalfSmem(int variant)>& limit) {
+  RowsFit fit;
+  for (int v = 0; v < kNumRowsVariants; ++v) {
+    const int R = kRowsVariants[v];
+    const HalfSmem need = SmemForRows(dims, hybrid, R), allowed = limit(v);
+    const struct {
+      const char* name;
+      int64_t need, allowed;
+    } halves[] = {{"mixer", need.mixer, allowed.mixer},
+                  {"MoE", need.moe, allowed.moe},
+                  {"head", need.head, allowed.head}};
+    for (const auto& h : halves) {
+      if (h.need > h.allowed) {
+        fit.why = absl::StrCat("the ", h.name, " kernel for ", R, "-row steps needs ",
+                               (h.need + 1023) / 1024,
+                               " KiB of shared memory a block for this model; this GPU allows ",
+                               h.allowed / 1024, " KiB");
+        return fit;
+      }
+    }
+    fit.max_rows = R;
+  }
+  return fit;
 }
 
 absl::Status CheckBudget(const VramPlan& plan, uint64_t budget, const std::string& source,

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -46,6 +47,26 @@ struct VramPlan {
 // Bytes of weights and caches at context n_ctx, the KV caches in f16 or f32 (scratch comes on top
 // and is small).
 VramPlan PlanVram(const model::Model& model, const ModelDims& dims, int n_ctx, bool f16_kv_cache);
+
+// Dynamic shared memory a block of each half's kernels needs for steps of up to `rows` rows: the
+// largest carve of any of its phases (device/*.cuh), counted as the kernels carve it.
+struct HalfSmem {
+  int64_t mixer = 0, moe = 0, head = 0;
+};
+HalfSmem SmemForRows(const ModelDims& dims, bool hybrid, int rows);
+
+// The rows variants a GPU can run for a model: every variant up to max_rows has each half's
+// SmemForRows within limit(variant index), the dynamic shared memory that GPU allows a block of
+// that half's kernels. max_rows is 0 when not even the one-row kernels fit; `why` names the first
+// variant and half that does not fit, with what it needs and what the GPU allows ("" when all do).
+// The 8-row kernels of the hybrid shapes need 105-168 KiB a block; compute capability 8.6 and 8.9
+// allow 99 KiB, 8.0 163 KiB.
+struct RowsFit {
+  int max_rows = 0;
+  std::string why;
+};
+RowsFit FitRows(const ModelDims& dims, bool hybrid,
+                const std::function<HalfSmem(int variant)>& limit);
 
 // OK when `plan` fits `budget` (0: no limit), else an error that says how much is needed.
 absl::Status CheckBudget(const VramPlan& plan, uint64_t budget, const std::string& source,

@@ -243,48 +243,43 @@ absl::Status GpuRunner::AllocateState() {
   const int d_inner = hp.is_hybrid() ? d.ssm_d_inner() : 0;
 
   // Launch shapes per rows variant (the largest shared-memory need of any phase), first: the
-  // attention partials below are sized by the mixer grids.
+  // attention partials below are sized by the mixer grids. Variants whose kernels do not fit this
+  // GPU's shared memory (FitRows) are left out: steps then take at most max_rows_ rows, and
+  // Forward splits prompts accordingly.
+  HalfSmem limits[kNumRowsVariants];
   for (int v = 0; v < kNumRowsVariants; ++v) {
     const int R = kRowsVariants[v];
-    const int64_t mixer_smem = std::max(
-        {ActSetBytes(R, d.n_embd, true), ActSetBytes(R, d.n_head * d.head_dim, false),
-         hp.is_hybrid() ? ActSetBytes(R, d_inner, true) : int64_t{0},
-         hp.is_hybrid() ? DeltaNetSmemBytes(R, d.ssm_dk, d.ssm_dv, d.ssm_conv_kernel) : int64_t{0},
-         kWarpsPerBlock * kAttentionBytesPerWarp});
-    const int64_t moe_smem =
-        std::max({ActSetBytes(R, d.n_embd, true),
-                  RouteSmemBytes(d.n_expert, R) + ActSetBytes(R, d.n_embd, true) +
-                      (d.n_ff_shexp > 0 ? ActSetBytes(R, d.n_ff_shexp, false) : 0),
-                  ActSetBytes(R * k, d.n_ff_exp, false)});
-    const int64_t head_smem = ActSetBytes(R, d.n_embd, true);
+    TANDEM_CUDA_RETURN_IF_ERROR(MaxDynamicSmem(Half::kMixer, R, &limits[v].mixer));
+    TANDEM_CUDA_RETURN_IF_ERROR(MaxDynamicSmem(Half::kMoe, R, &limits[v].moe));
+    TANDEM_CUDA_RETURN_IF_ERROR(MaxDynamicSmem(Half::kHead, R, &limits[v].head));
+  }
+  const RowsFit fit = FitRows(d, hp.is_hybrid(), [&](int v) { return limits[v]; });
+  if (fit.max_rows == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--backend cuda: ", fit.why, " (compute capability 8.0 and newer allow 99 KiB or more)"));
+  }
+  max_rows_ = 0;
+  for (int v = 0; v < kNumRowsVariants && kRowsVariants[v] <= fit.max_rows; ++v) {
+    const int R = kRowsVariants[v];
+    const HalfSmem need = SmemForRows(d, hp.is_hybrid(), R);
     const int cap = std::max(1, options_.max_blocks_per_sm);
-    const struct {
-      Half half;
-      const char* name;
-      int64_t smem;
-      LaunchShape* shape;
-    } halves[] = {{Half::kMixer, "mixer", mixer_smem, &mixer_shape_[v]},
-                  {Half::kMoe, "MoE", moe_smem, &moe_shape_[v]},
-                  {Half::kHead, "head", head_smem, &head_shape_[v]}};
-    for (const auto& h : halves) {
-      int64_t limit = 0;
-      TANDEM_CUDA_RETURN_IF_ERROR(MaxDynamicSmem(h.half, R, &limit));
-      if (h.smem > limit) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "--backend cuda: the ", h.name, " kernel for ", R, " rows needs ",
-            (h.smem + 1023) / 1024,
-            " KiB of shared memory a block for this model; this GPU allows ", limit / 1024,
-            " KiB (compute capability 8.0 and newer allow 99 KiB or more)"));
-      }
-      TANDEM_CUDA_RETURN_IF_ERROR(PrepareHalf(h.half, R, h.smem, cap, h.shape));
-    }
+    TANDEM_CUDA_RETURN_IF_ERROR(PrepareHalf(Half::kMixer, R, need.mixer, cap, &mixer_shape_[v]));
+    TANDEM_CUDA_RETURN_IF_ERROR(PrepareHalf(Half::kMoe, R, need.moe, cap, &moe_shape_[v]));
+    TANDEM_CUDA_RETURN_IF_ERROR(PrepareHalf(Half::kHead, R, need.head, cap, &head_shape_[v]));
     // DeltaNetConvRule runs a value head on each block, all at once.
     if (hp.is_hybrid() && mixer_shape_[v].grid < d.ssm_n_v) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("--backend cuda: the DeltaNet layers need a block for each of their ",
-                       d.ssm_n_v, " value heads, and the mixer kernel for ", R, " rows fits ",
-                       mixer_shape_[v].grid, " blocks on this GPU"));
+      const std::string few_blocks =
+          absl::StrCat("the DeltaNet layers need a block for each of their ", d.ssm_n_v,
+                       " value heads, and the mixer kernel for ", R, " rows fits ",
+                       mixer_shape_[v].grid, " blocks on this GPU");
+      if (R == 1) return absl::FailedPreconditionError(absl::StrCat("--backend cuda: ", few_blocks));
+      rows_limit_ = absl::StrCat("steps take at most ", max_rows_, " rows on this GPU: ", few_blocks);
+      break;
     }
+    max_rows_ = R;
+  }
+  if (rows_limit_.empty() && max_rows_ < kMaxRows) {
+    rows_limit_ = absl::StrCat("steps take at most ", max_rows_, " rows on this GPU: ", fit.why);
   }
 
   s.proj_stride = std::max(d.q_rows() + 2 * d.kv_dim(), conv_dim + d_inner + 2 * d.ssm_n_v);
@@ -531,8 +526,8 @@ absl::Status GpuRunner::Forward(std::span<const int32_t> tokens, int first_pos, 
   if (route_ids != nullptr) route_ids->clear();
   if (route_weights != nullptr) route_weights->clear();
   const int k = dims_.n_expert_used, L = dims_.n_layer, V = dims_.n_vocab;
-  for (int t0 = 0; t0 < T; t0 += kMaxRows) {
-    const int n = std::min(kMaxRows, T - t0);
+  for (int t0 = 0; t0 < T; t0 += max_rows_) {
+    const int n = std::min(max_rows_, T - t0);
     const bool last = t0 + n == T;
     StepInput& in = *step_host_;
     in.n_rows = n;
@@ -576,10 +571,11 @@ absl::Status GpuRunner::Forward(std::span<const int32_t> tokens, int first_pos, 
 absl::Status GpuRunner::RunLayerHalf(int layer, bool moe, std::span<const float> x, int n_rows,
                                      int first_pos, std::vector<float>* out) {
   const size_t H = static_cast<size_t>(dims_.n_embd);
-  if (layer < 0 || layer >= dims_.n_layer || n_rows < 1 || n_rows > kMaxRows ||
+  if (layer < 0 || layer >= dims_.n_layer || n_rows < 1 || n_rows > max_rows_ ||
       x.size() != n_rows * H || first_pos < 0 || first_pos + n_rows > dims_.n_ctx) {
     return absl::InvalidArgumentError(absl::StrCat("layer half ", layer, " of ", n_rows,
-                                                   " rows at position ", first_pos, ": out of range"));
+                                                   " rows at position ", first_pos,
+                                                   ": out of range", RowsLimitNote()));
   }
   StepInput& in = *step_host_;
   in = StepInput();
@@ -603,10 +599,16 @@ absl::Status GpuRunner::RunLayerHalf(int layer, bool moe, std::span<const float>
   return absl::OkStatus();
 }
 
+std::string GpuRunner::RowsLimitNote() const {
+  return rows_limit_.empty() ? "" : absl::StrCat(" (", rows_limit_, ")");
+}
+
 absl::Status GpuRunner::Rollback(int n_rows_in_step, int n_keep) {
-  if (n_rows_in_step < 2 || n_rows_in_step > kMaxRows || n_keep < 1 || n_keep >= n_rows_in_step) {
+  if (n_rows_in_step < 2 || n_rows_in_step > max_rows_ || n_keep < 1 ||
+      n_keep >= n_rows_in_step) {
     return absl::InvalidArgumentError(absl::StrCat("rollback to ", n_keep, " of ", n_rows_in_step,
-                                                   " rows: need 1 <= keep < rows <= ", kMaxRows));
+                                                   " rows: need 1 <= keep < rows <= ", max_rows_,
+                                                   RowsLimitNote()));
   }
   for (const MixerArgs& mx : mixer_) {
     if (!mx.recurrent) continue;

@@ -50,7 +50,7 @@ class GpuRunner {
                                                            const RunnerOptions& options);
   ~GpuRunner();
 
-  // Runs rows at positions first_pos .. first_pos + n - 1 in steps of at most kMaxRows. With
+  // Runs rows at positions first_pos .. first_pos + n - 1 in steps of at most max_rows(). With
   // `logits`, writes the logits of every row (all_logits) or of the last one. With `argmax`,
   // writes the device's greedy choice for the same rows. Route ids/weights ([row][layer][k])
   // are copied back when `route_ids` is set.
@@ -72,6 +72,11 @@ class GpuRunner {
   absl::Status Reset();
 
   const VramUse& vram() const { return vram_; }
+  // The most rows one step takes on this GPU: kMaxRows, or fewer where the larger rows variants'
+  // kernels need more shared memory a block than the GPU allows (rows_limit() says which).
+  // Verify steps (Forward then Rollback) must not exceed it; Forward splits longer inputs.
+  int max_rows() const { return max_rows_; }
+  const std::string& rows_limit() const { return rows_limit_; }
   const ModelDims& dims() const { return dims_; }
   // Launches (kernels) and grid barriers of one decode step in the current mode.
   int LaunchesPerStep(bool with_head) const;
@@ -101,7 +106,11 @@ class GpuRunner {
   float* AllocF32(uint64_t count, uint64_t* counter);
   uint8_t* AllocBytes(uint64_t bytes, uint64_t* counter);
 
+  std::string RowsLimitNote() const;  // " (rows_limit_)", or "" when every variant fits
+
   RunnerOptions options_;
+  int max_rows_ = 0;
+  std::string rows_limit_;
   model::HParams hp_;
   ModelDims dims_;
   Scratch scratch_;

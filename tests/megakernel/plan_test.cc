@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <initializer_list>
 #include <utility>
 #include <vector>
@@ -167,6 +168,39 @@ TEST(PlanTest, RefusesAZeroContextAndOnePastTheLongest) {
 
 // A lane group is the smallest power of two whose lanes cover a row's slices, at most a warp;
 // with lane_slices, each lane covers that many. Only Q4_K and Q5_K lanes take several slices.
+// What each half of the kernels may use a block, the same for every half and variant: a GPU's
+// opt-in limit less some static shared memory.
+std::function<HalfSmem(int)> LimitKiB(int64_t kib) {
+  return [kib](int) {
+    HalfSmem h;
+    h.mixer = h.moe = h.head = kib * 1024 - 2048;
+    return h;
+  };
+}
+
+TEST(PlanTest, StepsTakeTheRowsWhoseKernelsFitTheGpusSharedMemory) {
+  auto flash = Describe("synth:flash-next-125b");
+  ASSERT_NE(flash, nullptr);
+  auto dims = DimsForModel(*flash, 4096);
+  ASSERT_TRUE(dims.ok()) << dims.status();
+  // The 8-row DeltaNet output phase keeps 8 rows of 4,096 values in fp32 and int8.
+  EXPECT_EQ(SmemForRows(*dims, true, 8).mixer, ActSetBytes(8, 4096, true));
+  // Compute capability 8.6 / 8.9 (99 KiB) and 8.0 (163 KiB): 4-row steps at most, and why.
+  for (int64_t kib : {99, 163}) {
+    const RowsFit fit = FitRows(*dims, true, LimitKiB(kib));
+    EXPECT_EQ(fit.max_rows, 4) << kib << " KiB";
+    EXPECT_NE(fit.why.find("the mixer kernel for 8-row steps needs 169 KiB"), std::string::npos)
+        << fit.why;
+  }
+  const RowsFit hopper = FitRows(*dims, true, LimitKiB(227));
+  EXPECT_EQ(hopper.max_rows, kMaxRows);
+  EXPECT_EQ(hopper.why, "");
+  // Too little for one-row steps: nothing runs, and the message says what the model needs.
+  const RowsFit tiny = FitRows(*dims, true, LimitKiB(48));
+  EXPECT_EQ(tiny.max_rows, 0);
+  EXPECT_NE(tiny.why.find("for 1-row steps needs 64 KiB"), std::string::npos) << tiny.why;
+}
+
 TEST(LaneSplitTest, GroupsCoverARowWithTheGivenSlicesPerLane) {
   const int q4k = static_cast<int>(quant::GgmlType::kQ4_K);
   const int q3k = static_cast<int>(quant::GgmlType::kQ3_K);

@@ -13,6 +13,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "experts/topology.h"
 #include "nlohmann/json.hpp"
@@ -313,11 +314,14 @@ int BenchDecode(const Options& o, const engine::EngineOptions& base,
     std::mt19937 rng(1);
     int filled = 0;
     (void)gpu.Reset();
+    // Verify steps of more rows than the GPU's kernels fit are not run (null in the JSON).
+    const int max_rows = gpu.max_rows();
+    if (!gpu.rows_limit().empty()) std::printf("  note: %s\n", gpu.rows_limit().c_str());
     for (int ctx : contexts) {
-      // Fill the context with real steps of 8 rows (the KV cache and states are real data).
+      // Fill the context with real steps of max_rows rows (the KV cache and states are real data).
       std::vector<int32_t> chunk;
       while (filled < ctx) {
-        chunk.resize(std::min(megakernel::kMaxRows, ctx - filled));
+        chunk.resize(std::min(max_rows, ctx - filled));
         for (int32_t& t : chunk) t = static_cast<int32_t>(rng() % vocab);
         if (auto s = gpu.Forward(chunk, filled, false, nullptr, nullptr, nullptr, nullptr); !s.ok()) {
           return BenchFail(s);
@@ -344,21 +348,13 @@ int BenchDecode(const Options& o, const engine::EngineOptions& base,
         run[p + "bandwidth_ratio"] = static_cast<double>(wbytes) / *t1 / (hbm * 1e9);
         run[p + "launches_per_token"] = gpu.LaunchesPerStep(true);
         run[p + "barriers_per_token"] = gpu.BarriersPerStep(true);
-        if (mega) {
+        if (mega && max_rows >= 4) {
           auto t4 = TimeSteps(gpu, 4, ctx, o.steps, rng, vocab);
           if (!t4.ok()) {
             return BenchFail(t4.status());
           }
           run["verify4_ms"] = *t4 * 1e3;
           run["verify4_over_decode1"] = *t4 / *t1;
-          // The 8-row kernels (verify of 7 drafts, and every prompt block) have their own
-          // register allocation; a change can move them alone.
-          auto t8 = TimeSteps(gpu, 8, ctx, o.steps, rng, vocab);
-          if (!t8.ok()) {
-            return BenchFail(t8.status());
-          }
-          run["verify8_ms"] = *t8 * 1e3;
-          run["verify8_over_decode1"] = *t8 / *t1;
           auto bytes4 = VerifyStepBytes(gpu, (*engine)->model(), ctx, rng);
           if (!bytes4.ok()) {
             return BenchFail(bytes4.status());
@@ -367,29 +363,45 @@ int BenchDecode(const Options& o, const engine::EngineOptions& base,
           run["verify4_bytes_over_decode1"] =
               static_cast<double>(*bytes4) / static_cast<double>(wbytes);
         }
+        if (mega && max_rows >= 8) {
+          // The 8-row kernels (verify of 7 drafts, and every prompt block) have their own
+          // register allocation; a change can move them alone.
+          auto t8 = TimeSteps(gpu, 8, ctx, o.steps, rng, vocab);
+          if (!t8.ok()) {
+            return BenchFail(t8.status());
+          }
+          run["verify8_ms"] = *t8 * 1e3;
+          run["verify8_over_decode1"] = *t8 / *t1;
+        }
       }
       gpu.set_mode(megakernel::KernelMode::kMegakernel);
       nlohmann::json phases, verify4_phases;
       if (auto s = PhaseTimeline(gpu, (*engine)->hparams(), 1, ctx, 8, rng, &phases); !s.ok()) {
         return BenchFail(s);
       }
-      if (auto s = PhaseTimeline(gpu, (*engine)->hparams(), 4, ctx, 8, rng, &verify4_phases);
-          !s.ok()) {
-        return BenchFail(s);
+      if (max_rows >= 4) {
+        if (auto s = PhaseTimeline(gpu, (*engine)->hparams(), 4, ctx, 8, rng, &verify4_phases);
+            !s.ok()) {
+          return BenchFail(s);
+        }
       }
       run["phase_us"] = phases;
       run["verify4_phase_us"] = verify4_phases;
       run["speedup_vs_per_op"] = run["per_op_ms_per_token"].get<double>() / run["ms_per_token"].get<double>();
+      // A ratio, or "n/a" where its steps were not run (more rows than this GPU's kernels fit).
+      auto ratio = [&run](const char* key) {
+        return run.contains(key) && run[key].is_number() ? absl::StrFormat("%.2f", run[key].get<double>())
+                                 : std::string("n/a");
+      };
       std::printf(
           "%-28s ctx %6d: %8.1f tok/s  %.3f of HBM  per-op %8.1f tok/s (x%.2f, %d launches)  "
-          "per-phase %8.1f tok/s  verify4/decode1 %.2f (bytes %.2f)  verify8/decode1 %.2f  "
+          "per-phase %8.1f tok/s  verify4/decode1 %s (bytes %s)  verify8/decode1 %s  "
           "launches %d barriers %d\n",
           model.c_str(), ctx, run["tok_s"].get<double>(), run["bandwidth_ratio"].get<double>(),
           run["per_op_tok_s"].get<double>(), run["speedup_vs_per_op"].get<double>(),
           run["per_op_launches_per_token"].get<int>(), run["per_phase_tok_s"].get<double>(),
-          run["verify4_over_decode1"].get<double>(),
-          run["verify4_bytes_over_decode1"].get<double>(),
-          run["verify8_over_decode1"].get<double>(), run["launches_per_token"].get<int>(),
+          ratio("verify4_over_decode1").c_str(), ratio("verify4_bytes_over_decode1").c_str(),
+          ratio("verify8_over_decode1").c_str(), run["launches_per_token"].get<int>(),
           run["barriers_per_token"].get<int>());
       runs.push_back(run);
       if (ctx == contexts.front()) {
