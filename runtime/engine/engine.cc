@@ -405,6 +405,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& option
     auto runner = megakernel::GpuRunner::Create(*engine->model_, ro);
     if (runner.ok()) {
       engine->gpu_.reset(std::move(runner).value().release());
+      // Fewer rows a step than kMaxRows: the GPU's shared memory does not fit the larger kernels.
+      if (!engine->gpu_->rows_limit().empty()) engine->notes_.push_back(engine->gpu_->rows_limit());
     } else if (options.backend == "auto") {
       FallBackToCpu(
           *engine->model_,

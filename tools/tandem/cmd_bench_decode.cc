@@ -314,9 +314,10 @@ int BenchDecode(const Options& o, const engine::EngineOptions& base,
     std::mt19937 rng(1);
     int filled = 0;
     (void)gpu.Reset();
-    // Verify steps of more rows than the GPU's kernels fit are not run (null in the JSON).
+    // Verify steps of more rows than the GPU's kernels fit are not run (null in the JSON); the
+    // engine's notes say why.
     const int max_rows = gpu.max_rows();
-    if (!gpu.rows_limit().empty()) std::printf("  note: %s\n", gpu.rows_limit().c_str());
+    for (const std::string& note : (*engine)->notes()) std::printf("  note: %s\n", note.c_str());
     for (int ctx : contexts) {
       // Fill the context with real steps of max_rows rows (the KV cache and states are real data).
       std::vector<int32_t> chunk;
