@@ -150,11 +150,11 @@ HalfSmem SmemForRows(const ModelDims& d, bool hybrid, int R) {
   const int k = d.n_expert_used;
   const int d_inner = hybrid ? d.ssm_d_inner() : 0;
   HalfSmem s;
-  s.mixer = std::max({ActSetBytes(R, d.n_embd, true), ActSetBytes(R, d.n_head * d.head_dim, false),
-                      hybrid ? ActSetBytes(R, d_inner, true) : int64_t{0},
-                      hybrid ? DeltaNetSmemBytes(R, d.ssm_dk, d.ssm_dv, d.ssm_conv_kernel)
-                             : int64_t{0},
-                      kWarpsPerBlock * kAttentionBytesPerWarp});
+  s.mixer =
+      std::max({ActSetBytes(R, d.n_embd, true), ActSetBytes(R, d.n_head * d.head_dim, false),
+                hybrid ? ActSetBytes(R, d_inner, true) : int64_t{0},
+                hybrid ? DeltaNetSmemBytes(R, d.ssm_dk, d.ssm_dv, d.ssm_conv_kernel) : int64_t{0},
+                kWarpsPerBlock * kAttentionBytesPerWarp});
   s.moe = std::max({ActSetBytes(R, d.n_embd, true),
                     RouteSmemBytes(d.n_expert, R) + ActSetBytes(R, d.n_embd, true) +
                         (d.n_ff_shexp > 0 ? ActSetBytes(R, d.n_ff_shexp, false) : 0),

@@ -272,8 +272,11 @@ absl::Status GpuRunner::AllocateState() {
           absl::StrCat("the DeltaNet layers need a block for each of their ", d.ssm_n_v,
                        " value heads, and the mixer kernel for ", R, " rows fits ",
                        mixer_shape_[v].grid, " blocks on this GPU");
-      if (R == 1) return absl::FailedPreconditionError(absl::StrCat("--backend cuda: ", few_blocks));
-      rows_limit_ = absl::StrCat("steps take at most ", max_rows_, " rows on this GPU: ", few_blocks);
+      if (R == 1) {
+        return absl::FailedPreconditionError(absl::StrCat("--backend cuda: ", few_blocks));
+      }
+      rows_limit_ =
+          absl::StrCat("steps take at most ", max_rows_, " rows on this GPU: ", few_blocks);
       break;
     }
     max_rows_ = R;
@@ -604,8 +607,7 @@ std::string GpuRunner::RowsLimitNote() const {
 }
 
 absl::Status GpuRunner::Rollback(int n_rows_in_step, int n_keep) {
-  if (n_rows_in_step < 2 || n_rows_in_step > max_rows_ || n_keep < 1 ||
-      n_keep >= n_rows_in_step) {
+  if (n_rows_in_step < 2 || n_rows_in_step > max_rows_ || n_keep < 1 || n_keep >= n_rows_in_step) {
     return absl::InvalidArgumentError(absl::StrCat("rollback to ", n_keep, " of ", n_rows_in_step,
                                                    " rows: need 1 <= keep < rows <= ", max_rows_,
                                                    RowsLimitNote()));

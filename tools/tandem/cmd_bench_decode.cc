@@ -391,8 +391,9 @@ int BenchDecode(const Options& o, const engine::EngineOptions& base,
       run["speedup_vs_per_op"] = run["per_op_ms_per_token"].get<double>() / run["ms_per_token"].get<double>();
       // A ratio, or "n/a" where its steps were not run (more rows than this GPU's kernels fit).
       auto ratio = [&run](const char* key) {
-        return run.contains(key) && run[key].is_number() ? absl::StrFormat("%.2f", run[key].get<double>())
-                                 : std::string("n/a");
+        return run.contains(key) && run[key].is_number()
+                   ? absl::StrFormat("%.2f", run[key].get<double>())
+                   : std::string("n/a");
       };
       std::printf(
           "%-28s ctx %6d: %8.1f tok/s  %.3f of HBM  per-op %8.1f tok/s (x%.2f, %d launches)  "
