@@ -258,7 +258,7 @@ absl::Status GpuRunner::AllocateState() {
     return absl::FailedPreconditionError(absl::StrCat(
         "--backend cuda: ", fit.why, " (compute capability 8.0 and newer allow 99 KiB or more)"));
   }
-  max_rows_ = 0;
+  std::string why_fewer = fit.why;  // why steps take fewer than kMaxRows rows, if they do
   for (int v = 0; v < kNumRowsVariants && kRowsVariants[v] <= fit.max_rows; ++v) {
     const int R = kRowsVariants[v];
     const HalfSmem need = SmemForRows(d, hp.is_hybrid(), R);
@@ -275,14 +275,13 @@ absl::Status GpuRunner::AllocateState() {
       if (R == 1) {
         return absl::FailedPreconditionError(absl::StrCat("--backend cuda: ", few_blocks));
       }
-      rows_limit_ =
-          absl::StrCat("steps take at most ", max_rows_, " rows on this GPU: ", few_blocks);
+      why_fewer = few_blocks;
       break;
     }
     max_rows_ = R;
   }
-  if (rows_limit_.empty() && max_rows_ < kMaxRows) {
-    rows_limit_ = absl::StrCat("steps take at most ", max_rows_, " rows on this GPU: ", fit.why);
+  if (max_rows_ < kMaxRows) {
+    rows_limit_ = absl::StrCat("steps take at most ", max_rows_, " rows on this GPU: ", why_fewer);
   }
 
   s.proj_stride = std::max(d.q_rows() + 2 * d.kv_dim(), conv_dim + d_inner + 2 * d.ssm_n_v);
